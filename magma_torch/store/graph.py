@@ -1,0 +1,164 @@
+"""The four relation graphs as PyG ``HeteroData`` edge tensors with cached CSR views."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+from torch_geometric.data import HeteroData
+
+from magma_torch.store.csr import CSRSnapshot, IncrementalCSR
+from magma_torch.store.growable import GrowableTensor
+
+RELATIONS = ("temporal", "semantic", "causal", "entity")
+REL_ID = {name: i for i, name in enumerate(RELATIONS)}
+EDGE_TYPES = {
+    "temporal": ("event", "temporal", "event"),
+    "semantic": ("event", "semantic", "event"),
+    "causal": ("event", "causal", "event"),
+    "entity": ("event", "mentions", "entity"),
+}
+REVERSE_ENTITY = ("entity", "rev_mentions", "event")
+
+
+@dataclass(frozen=True)
+class GraphSnapshot:
+    """What a query needs, taken at one moment; later writes never change it."""
+
+    num_events: int
+    event_adj: CSRSnapshot     # event -> event (temporal, semantic, causal; both directions)
+    event_entity: CSRSnapshot  # event -> entity
+    entity_event: CSRSnapshot  # entity -> event
+
+
+class MultiGraph:
+    """Temporal, semantic, causal and event-entity edges over event and entity nodes.
+
+    Edges are stored once, in the direction the paper gives them (temporal: earlier ->
+    later, causal: cause -> effect, semantic: new -> older neighbour, entity: event ->
+    entity); traversal views hold both directions because the beam search may walk
+    any edge either way.
+    """
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self._edges = {rel: (GrowableTensor((), torch.long, device), GrowableTensor((), torch.long, device),
+                             GrowableTensor((), torch.float32, device)) for rel in RELATIONS}
+        self._event_adj = IncrementalCSR(device)
+        self._event_entity = IncrementalCSR(device)
+        self._entity_event = IncrementalCSR(device)
+        self._causal_out: dict[int, set[int]] = defaultdict(set)
+        self._mentions: set[tuple[int, int]] = set()
+
+    # ---- writes (ingest and consolidation only) ----
+    def add_edges(self, relation: str, src: torch.Tensor, dst: torch.Tensor,
+                  weight: torch.Tensor | None = None) -> None:
+        src = torch.as_tensor(src, dtype=torch.long, device=self.device)
+        dst = torch.as_tensor(dst, dtype=torch.long, device=self.device)
+        if src.numel() == 0:
+            return
+        weight = torch.ones(src.numel(), device=self.device) if weight is None else torch.as_tensor(
+            weight, dtype=torch.float32, device=self.device)
+        s, d, w = self._edges[relation]
+        s.extend(src)
+        d.extend(dst)
+        w.extend(weight)
+        rel = torch.full_like(src, REL_ID[relation])
+        if relation == "entity":
+            self._event_entity.add(src, dst, rel)
+            self._entity_event.add(dst, src, rel)
+            self._mentions.update(zip(src.tolist(), dst.tolist()))
+        else:
+            self._event_adj.add(torch.cat([src, dst]), torch.cat([dst, src]), torch.cat([rel, rel]))
+            if relation == "causal":
+                for c, e in zip(src.tolist(), dst.tolist()):
+                    self._causal_out[c].add(e)
+
+    def has_mention(self, event: int, entity: int) -> bool:
+        return (event, entity) in self._mentions
+
+    def has_causal(self, cause: int, effect: int) -> bool:
+        return effect in self._causal_out.get(cause, ())
+
+    def causal_path_exists(self, src: int, dst: int) -> bool:
+        """Whether dst is reachable from src along causal edges (used to keep the DAG)."""
+        stack, seen = [src], {src}
+        while stack:
+            u = stack.pop()
+            if u == dst:
+                return True
+            for v in self._causal_out.get(u, ()):
+                if v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+        return False
+
+    # ---- reads ----
+    def edges(self, relation: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        s, d, w = self._edges[relation]
+        return s.data, d.data, w.data
+
+    def num_edges(self, relation: str) -> int:
+        return len(self._edges[relation][0])
+
+    def snapshot(self, num_events: int, num_entities: int) -> GraphSnapshot:
+        return GraphSnapshot(num_events, self._event_adj.snapshot(num_events),
+                             self._event_entity.snapshot(num_events),
+                             self._entity_event.snapshot(num_entities))
+
+    def to_hetero_data(self, num_events: int, num_entities: int) -> HeteroData:
+        """A PyG view (no copies) of the edge tensors, for PyG tooling and inspection."""
+        data = HeteroData()
+        data["event"].num_nodes = num_events
+        data["entity"].num_nodes = num_entities
+        for rel, edge_type in EDGE_TYPES.items():
+            s, d, w = self.edges(rel)
+            data[edge_type].edge_index = torch.stack([s, d])
+            data[edge_type].edge_weight = w
+        s, d, w = self.edges("entity")
+        data[REVERSE_ENTITY].edge_index = torch.stack([d, s])
+        return data
+
+    def state(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for rel in RELATIONS:
+            s, d, w = self.edges(rel)
+            out[f"{rel}.src"], out[f"{rel}.dst"], out[f"{rel}.weight"] = s, d, w
+        return out
+
+    def truncate(self, counts: dict[str, int]) -> None:
+        """Roll edges back to earlier counts (a failed write leaves the graph as it was)."""
+        for rel, n in counts.items():
+            if self.num_edges(rel) == n:
+                continue
+            s, d, w = self._edges[rel]
+            removed = list(zip(s.data[n:].tolist(), d.data[n:].tolist()))
+            for t in (s, d, w):
+                t.truncate(n)
+            if rel == "entity":
+                self._mentions.difference_update(removed)
+            elif rel == "causal":
+                for c, e in removed:
+                    self._causal_out[c].discard(e)
+        self._rebuild_views()
+
+    def _rebuild_views(self) -> None:
+        self._event_adj, self._event_entity, self._entity_event = (IncrementalCSR(self.device) for _ in range(3))
+        for rel in RELATIONS:
+            s, d, _ = self.edges(rel)
+            r = torch.full_like(s, REL_ID[rel])
+            if rel == "entity":
+                self._event_entity.add(s, d, r)
+                self._entity_event.add(d, s, r)
+            else:
+                self._event_adj.add(torch.cat([s, d]), torch.cat([d, s]), torch.cat([r, r]))
+
+    def counts(self) -> dict[str, int]:
+        return {rel: self.num_edges(rel) for rel in RELATIONS}
+
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor], device) -> "MultiGraph":
+        g = cls(device)
+        for rel in RELATIONS:
+            g.add_edges(rel, state[f"{rel}.src"], state[f"{rel}.dst"], state[f"{rel}.weight"])
+        return g
