@@ -1,0 +1,148 @@
+"""The fast path: validate, embed, link (temporal + semantic), index, enqueue.
+
+It never calls an LLM. A batch is validated completely before anything is written, so
+bad input raises with the offending record named and leaves the store as it was.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import torch
+
+from magma_torch.ingest.embedder import Embedder
+from magma_torch.ingest.temporal import parse_timestamp, resolve_dates
+from magma_torch.store.store import MemoryStore
+from magma_torch.store.tables import EventRow
+
+log = logging.getLogger(__name__)
+
+_FIELDS = {"text", "timestamp", "speaker", "source_id", "session_id", "stream", "metadata"}
+
+
+class IngestError(ValueError):
+    """A record the fast path refuses; the message names the record."""
+
+
+@dataclass(frozen=True)
+class FastPathConfig:
+    semantic_k: int = 10          # semantic neighbours looked up per new event
+    theta_sim: float = 0.3        # cosine threshold for a semantic edge
+    embed_speaker: bool = True    # embed "speaker: text" so who said it is part of the content
+    default_stream: str = "default"
+
+
+def _record_name(i: int, rec: Mapping) -> str:
+    sid = rec.get("source_id") if isinstance(rec, Mapping) else None
+    return f"record {i}" + (f" (source_id={sid!r})" if sid is not None else "")
+
+
+def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) -> tuple[list[EventRow], list[int | None]]:
+    """Turn raw records into rows. Returns (new rows, per-record existing id or None)."""
+    rows: list[EventRow] = []
+    existing: list[int | None] = []
+    seen: dict[str, int] = {}
+    last_ts = {stream: store.events.rows[i].timestamp for stream, i in store.events.last_of_stream.items()}
+    for i, rec in enumerate(records):
+        name = _record_name(i, rec)
+        if not isinstance(rec, Mapping):
+            raise IngestError(f"{name}: expected a mapping, got {type(rec).__name__}")
+        unknown = set(rec) - _FIELDS
+        if unknown:
+            raise IngestError(f"{name}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
+        text = rec.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise IngestError(f"{name}: text is empty or not a string")
+        if rec.get("timestamp") in (None, ""):
+            raise IngestError(f"{name}: missing timestamp")
+        try:
+            ts = parse_timestamp(rec["timestamp"])
+        except ValueError as err:
+            raise IngestError(f"{name}: {err}") from None
+        source_id = rec.get("source_id")
+        if source_id is not None:
+            source_id = str(source_id)
+            if source_id in store.events.by_source or source_id in seen:
+                # Idempotent: re-adding a known source_id returns the node it already has.
+                existing.append(store.events.by_source.get(source_id, seen.get(source_id)))
+                continue
+        stream = str(rec.get("stream") or cfg.default_stream)
+        epoch = as_utc(ts).timestamp()
+        if stream in last_ts and epoch < last_ts[stream]:
+            raise IngestError(f"{name}: timestamp {ts.isoformat()} goes backwards in stream {stream!r}")
+        last_ts[stream] = epoch
+        speaker = rec.get("speaker")
+        rows.append(EventRow(text=text, timestamp=epoch, stream=stream,
+                             speaker=None if speaker is None else str(speaker), source_id=source_id,
+                             session_id=None if rec.get("session_id") is None else str(rec["session_id"]),
+                             dates=[_date_dict(d) for d in resolve_dates(text, ts)],
+                             metadata=dict(rec["metadata"]) if rec.get("metadata") else None))
+        existing.append(None)
+        if source_id is not None:
+            seen[source_id] = -1 - len(rows)  # placeholder: resolved to a real id after append
+    return rows, existing
+
+
+def as_utc(ts: datetime) -> datetime:
+    """Naive timestamps are wall-clock times; store them as if UTC so no local zone leaks in."""
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+
+
+def _date_dict(d) -> dict:
+    return {"expression": d.expression, "start": d.start.isoformat(), "end": d.end.isoformat(),
+            "granularity": d.granularity, "label": d.label()}
+
+
+def embed_text(row: EventRow, cfg: FastPathConfig) -> str:
+    return f"{row.speaker}: {row.text}" if cfg.embed_speaker and row.speaker else row.text
+
+
+def ingest(records: Iterable[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig) -> tuple[list[int], list[int]]:
+    """Add records; returns (id per record, ids of the events that are new)."""
+    records = list(records)
+    rows, existing = validate(records, store, cfg)
+    if not rows:
+        return [e for e in existing], []
+    texts = [embed_text(r, cfg) for r in rows]
+    _warn_truncation(texts, rows, embedder)
+    emb = embedder.encode(texts).to(store.device, store.events.embeddings.data.dtype)
+    tokens = store.keyword_index.tokenize(texts)
+    with store.lock:
+        ids = store.append_events(rows, emb, tokens)
+        _link(store, ids, emb, cfg)
+    new_iter = iter(ids)
+    out = []
+    for e in existing:
+        out.append(next(new_iter) if e is None else (e if e >= 0 else ids[-1 - e]))
+    return out, ids
+
+
+def _link(store: MemoryStore, ids: list[int], emb: torch.Tensor, cfg: FastPathConfig) -> None:
+    """Temporal edge to the stream's previous event; semantic edges to earlier neighbours."""
+    prev = store.events.prev.data[ids[0]:].cpu()
+    new = torch.tensor(ids, dtype=torch.long)
+    has_prev = prev >= 0
+    store.graph.add_edges("temporal", prev[has_prev], new[has_prev])
+    if cfg.semantic_k <= 0:
+        return
+    # Neighbours among all earlier events; a batch's later events link back to earlier ones.
+    scores, nbrs = store.vector_index.search(emb, cfg.semantic_k + 1)
+    scores, nbrs = scores.cpu(), nbrs.cpu()
+    keep = (nbrs >= 0) & (nbrs < new[:, None]) & (scores > cfg.theta_sim)
+    src = new[:, None].expand_as(nbrs)[keep]
+    store.graph.add_edges("semantic", src, nbrs[keep], scores[keep])
+
+
+def _warn_truncation(texts: list[str], rows: list[EventRow], embedder: Embedder) -> None:
+    limit = embedder.max_seq_length
+    # Cheap pre-filter: a MiniLM word piece is at least one character.
+    long_idx = [i for i, t in enumerate(texts) if len(t) > limit]
+    if not long_idx:
+        return
+    counts = embedder.count_tokens([texts[i] for i in long_idx])
+    for i, c in zip(long_idx, counts):
+        if c > limit:
+            log.warning("event %s: %d tokens; embedded truncated to %d, stored whole",
+                        rows[i].source_id or f"#{i}", c, limit)

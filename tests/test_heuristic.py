@@ -1,0 +1,230 @@
+"""Heuristic (LLM-free) consolidation: entities, causal cues, caps, state round trip, config."""
+import json
+from dataclasses import fields
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from magma_torch.ingest.heuristic import EventView, HeuristicConsolidator
+
+T = datetime(2023, 5, 8)
+CONF = Path(__file__).resolve().parents[1] / "conf" / "consolidation" / "heuristic.yaml"
+
+
+def events(turns, stream="s", start=0):
+    return [EventView(start + i, text, speaker, stream, T) for i, (speaker, text) in enumerate(turns)]
+
+
+def contexts(evs, window=6):
+    """context[id] = up to `window` preceding events of the same stream, oldest first."""
+    out = {}
+    for i, e in enumerate(evs):
+        out[e.id] = [x for x in evs[:i] if x.stream == e.stream][-window:]
+    return out
+
+
+def run(turns, hc=None, **kw):
+    hc = hc or HeuristicConsolidator(**kw)
+    evs = events(turns)
+    return hc, hc.propose(evs, contexts(evs))
+
+
+def links(props):
+    return [(l.cause, l.effect) for p in props for l in p.causal]
+
+
+def names(prop, kind=None):
+    return [m.name for m in prop.entities if kind is None or m.kind == kind]
+
+
+def test_speaker_and_names():
+    _, props = run([("Caroline", "I went to a LGBTQ support group yesterday."),
+                    ("Melanie", "Hey Caroline! Caroline's story moved me. In May I met Max on Monday. Wow, Thanks!"),
+                    ("Melanie", "I read The Lord of the Rings with Max's brother Oliver.")])
+    assert names(props[0], "speaker") == ["caroline"]
+    assert names(props[0], "name") == ["lgbtq"]
+    assert names(props[1], "speaker") == ["melanie"]
+    assert names(props[1], "name") == ["caroline", "max"]          # possessive stripped, no dupes
+    assert {"lord of the rings", "max", "oliver"} <= set(names(props[2], "name"))
+    everything = {n for p in props for n in names(p)}
+    assert not everything & {"i", "hey", "wow", "thanks", "may", "monday", "in", "the"}
+
+
+def test_short_form_of_speaker_name_maps_to_speaker():
+    _, props = run([("Melanie", "Hi!"), ("Caroline", "Good to see you, Mel!")])
+    assert names(props[1], "name") == ["melanie"]
+
+
+def test_phrase_threshold_and_backfill_across_batches():
+    hc = HeuristicConsolidator()
+    first = events([("Caroline", "I joined a support group for painting.")])
+    (p0,) = hc.propose(first, contexts(first))
+    assert names(p0, "phrase") == []                                # seen once: not yet an entity
+    assert hc.backfill() == []
+    second = events([("Melanie", "How is the support group going?")], start=1)
+    (p1,) = hc.propose(second, {1: first})
+    assert "support group" in names(p1, "phrase")
+    back = hc.backfill()
+    assert (0, "support group") in [(eid, m.name) for eid, m in back]
+    assert all(eid == 0 and m.kind == "phrase" for eid, m in back)
+    assert "paint" not in [m.name for _, m in back]                 # still below threshold
+    assert hc.backfill() == []                                      # drained
+
+
+def test_backfill_inside_one_batch_goes_into_the_proposal():
+    _, props = run([("Caroline", "I joined a support group."), ("Melanie", "Tell me about the support group.")])
+    assert "support group" in names(props[0], "phrase") and "support group" in names(props[1], "phrase")
+
+
+def test_generic_words_are_not_entities():
+    _, props = run([("A", "That is a really good thing, great time with people."),
+                    ("B", "Really good thing, great time with people, something else.")])
+    assert names(props[1], "phrase") == []
+
+
+BAKERY = [("Anna", "My bakery closed down last month and I lost my job."),
+          ("Ben", "Oh no, that sounds hard.")]
+
+
+def test_result_cue_links_most_related_earlier_turn():
+    _, props = run(BAKERY + [("Anna", "Yeah. That's why I'm looking for a job at another bakery.")])
+    assert links(props) == [(0, 2)]
+    assert props[2].causal[0].cue == "that's why"
+
+
+def test_turn_initial_so_needs_a_subject_and_a_statement():
+    tail = [("Anna", "So, did the bakery job pay well?"), ("Anna", "So much bakery job stuff.")]
+    _, props = run(BAKERY + tail)
+    assert links(props) == []
+    _, props = run(BAKERY + [("Anna", "So I need a new job, maybe at a bakery.")])
+    assert links(props) == [(0, 2)]
+
+
+def test_result_cue_after_content_in_same_turn_is_intra_turn():
+    _, props = run(BAKERY + [("Anna", "I baked bread all day for the market stall, so I need a bakery job.")])
+    assert links(props) == []
+
+
+SHELTER = [("Anna", "I adopted a puppy from the shelter and he needs daily walks."),
+           ("Ben", "How lovely!")]
+
+
+@pytest.mark.parametrize("text,cue", [
+    ("I wake up early now because the shelter puppy needs walks every morning.", "because"),
+    ("Since the shelter puppy needs walks, I wake up early.", "since"),
+    ("I wake up early due to the shelter puppy and his walks.", "due to"),
+    ("After adopting the shelter puppy I decided to move near a park.", "after ... decided"),
+])
+def test_reason_cues(text, cue):
+    _, props = run(SHELTER + [("Anna", text)])
+    assert links(props) == [(0, 2)]
+    assert props[2].causal[0].cue == cue
+    assert 0 < props[2].causal[0].confidence <= 1
+
+
+def test_temporal_since_is_not_causal():
+    _, props = run(SHELTER + [("Anna", "I have walked the shelter puppy daily since last year.")])
+    assert links(props) == []
+
+
+def test_why_question_answer():
+    turns = [("Ben", "My neighbor's dog got lost and the animal shelter found him."),
+             ("Anna", "I started volunteering at the animal shelter last month."),
+             ("Ben", "Why did you start volunteering there?"),
+             ("Anna", "Because the animal shelter found my neighbor's dog when it got lost.")]
+    _, props = run(turns)
+    assert links(props) == [(0, 3)]
+    assert props[3].causal[0].cue == "why-answer:because"
+    assert props[3].causal[0].confidence > 0.7
+
+
+def test_no_cue_no_link():
+    _, props = run(SHELTER + [("Anna", "The shelter puppy needs walks every morning.")])
+    assert links(props) == []
+
+
+def test_ties_go_to_the_most_recent_event():
+    same = "The shelter puppy needs daily walks."
+    _, props = run([("Anna", same), ("Ben", same), ("Anna", "I wake up early because the shelter puppy needs daily walks.")])
+    assert links(props) == [(1, 2)]
+
+
+def test_no_links_across_streams():
+    hc = HeuristicConsolidator()
+    a = events(SHELTER, stream="a")
+    b = events([("Anna", "I wake up early because the shelter puppy needs walks.")], stream="b", start=2)
+    hc.propose(a, contexts(a))
+    (p,) = hc.propose(b, {2: a})                    # a misrouted context must not leak across streams
+    assert p.causal == []
+
+
+def test_causes_strictly_earlier_no_self_loops():
+    evs = events(SHELTER + [("Anna", "I wake up early because the shelter puppy needs walks.")])
+    bad_ctx = {e.id: evs for e in evs}              # contains the event itself and later ones
+    props = HeuristicConsolidator().propose(evs, bad_ctx)
+    for p in props:
+        for l in p.causal:
+            assert l.cause < l.effect == p.event_id
+
+
+def test_entity_cap_holds_for_proposals_and_backfill():
+    turns = [("Anna", "Bob, Carl, Dana, Eve and Fred met Gina, Hank and Ivy."),
+             ("Ben", "Our dog walks, cat food, bird songs, fish tanks and horse rides."),
+             ("Anna", "Dog walks, cat food, bird songs, fish tanks and horse rides, Jack!")]
+    hc, props = run(turns, max_entities_per_event=3)
+    assert all(len(p.entities) <= 3 for p in props)
+    assert names(props[0]) == ["anna", "carl", "dana"]   # speaker, then names; "Bob" opens the sentence
+    assert hc.backfill() == []
+
+
+def test_causal_cap_keeps_the_strongest():
+    turns = [("Anna", "The fish tanks leak water everywhere."),
+             ("Ben", "The horse rides cost lots of money."),
+             ("Anna", "I moved because the fish tanks leak water, and because the horse rides cost money.")]
+    _, props = run(turns)
+    assert sorted(links(props)) == [(0, 2), (1, 2)]
+    _, capped = run(turns, max_causal_per_event=1)
+    assert len(links(capped)) == 1 and links(capped)[0] in links(props)
+    assert capped[2].causal[0].confidence == max(l.confidence for l in props[2].causal)
+
+
+CONVERSATION = BAKERY + SHELTER + [
+    ("Anna", "Yeah. That's why I'm looking for a job at another bakery."),
+    ("Ben", "Why did you adopt the shelter puppy?"),
+    ("Anna", "Because the shelter puppy needs daily walks and I needed company."),
+    ("Ben", "The bakery on Main Street is hiring, by the way."),
+    ("Anna", "Main Street is close to the shelter, so I could walk the puppy there."),
+]
+
+
+def test_state_dict_round_trip_gives_identical_proposals():
+    evs = events(CONVERSATION)
+    ctx = contexts(evs)
+    a = HeuristicConsolidator()
+    a.propose(evs[:4], ctx)
+    b = HeuristicConsolidator()
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert b.state_dict() == a.state_dict()
+    assert a.propose(evs[4:], ctx) == b.propose(evs[4:], ctx)
+    assert a.backfill() == b.backfill()
+    assert a.state_dict() == b.state_dict()
+
+
+def test_yaml_config_instantiates_the_defaults():
+    from_yaml = instantiate(OmegaConf.load(CONF))
+    default = HeuristicConsolidator()
+    assert isinstance(from_yaml, HeuristicConsolidator)
+    for name in ("window", "min_phrase_count", "max_entities_per_event", "max_causal_per_event",
+                 "min_overlap", "min_shared", "cues"):
+        assert getattr(from_yaml, name) == getattr(default, name), name
+    evs = events(CONVERSATION)
+    assert from_yaml.propose(evs, contexts(evs)) == default.propose(evs, contexts(evs))
+
+
+def test_proposal_fields():
+    _, props = run(CONVERSATION)
+    assert [p.event_id for p in props] == list(range(len(CONVERSATION)))
+    assert [f.name for f in fields(props[0])] == ["event_id", "entities", "causal"]
