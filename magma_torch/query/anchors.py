@@ -1,0 +1,148 @@
+"""Anchor selection (Algorithm 1, step 2): reciprocal-rank fusion of ranked lists."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from magma_torch.query.beam import _order, _rank_in_group
+
+
+@dataclass(frozen=True)
+class Anchors:
+    ids: torch.Tensor      # [B, K] event ids, -1 padded, best first
+    scores: torch.Tensor   # [B, K] fused RRF scores (0 where padded)
+    ranks: torch.Tensor    # [B, K, S] 1-based rank of each anchor in each signal, 0 = absent
+
+
+def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: int, num_nodes: int) -> Anchors:
+    """score(v) = sum_s weight_s / (k + rank_s(v)) over the ranked lists [B, K_s] (-1 padded)."""
+    b_size = rankings[0].shape[0]
+    device = rankings[0].device
+    qs, ids, contrib, sig, rank = [], [], [], [], []
+    for s, (ranked, w) in enumerate(zip(rankings, weights)):
+        if ranked.numel() == 0 or w == 0:
+            continue
+        r = torch.arange(1, ranked.shape[1] + 1, device=device).expand_as(ranked)
+        valid = ranked >= 0
+        qs.append(torch.arange(b_size, device=device)[:, None].expand_as(ranked)[valid])
+        ids.append(ranked[valid])
+        contrib.append(w / (k + r[valid].double()))
+        sig.append(torch.full_like(ranked[valid], s))
+        rank.append(r[valid])
+    n_sig = len(rankings)
+    out_ids = torch.full((b_size, top), -1, dtype=torch.long, device=device)
+    out_scores = torch.zeros((b_size, top), dtype=torch.float64, device=device)
+    out_ranks = torch.zeros((b_size, top, n_sig), dtype=torch.long, device=device)
+    if not qs:
+        return Anchors(out_ids, out_scores, out_ranks)
+    qs, ids, contrib, sig, rank = (torch.cat(t) for t in (qs, ids, contrib, sig, rank))
+    keys, inv = torch.unique(qs * num_nodes + ids, return_inverse=True)
+    fused = torch.zeros(keys.numel(), dtype=torch.float64, device=device).index_add_(0, inv, contrib)
+    ranks = torch.zeros((keys.numel(), n_sig), dtype=torch.long, device=device)
+    ranks[inv, sig] = rank
+    kq, kn = keys // num_nodes, keys % num_nodes
+    perm = _order((kq, False), (fused, True), (kn, False))
+    pos = _rank_in_group(kq[perm])
+    keep = pos < top
+    perm, pos = perm[keep], pos[keep]
+    out_ids[kq[perm], pos] = kn[perm]
+    out_scores[kq[perm], pos] = fused[perm]
+    out_ranks[kq[perm], pos] = ranks[perm]
+    return Anchors(out_ids, out_scores, out_ranks)
+
+
+def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Tensor, date_spans: torch.Tensor,
+                 embeddings: torch.Tensor, queries: torch.Tensor, top: int) -> torch.Tensor:
+    """Events whose timestamp or mentioned dates fall in the question's window, most similar
+    first; [B, top] ids, -1 padded (all -1 for questions without a window)."""
+    b_size, n = len(windows), timestamps.numel()
+    out = torch.full((b_size, top), -1, dtype=torch.long, device=queries.device)
+    rows = [i for i, w in enumerate(windows) if w is not None]
+    if not rows or n == 0:
+        return out
+    lo = torch.tensor([windows[i][0] for i in rows], dtype=torch.float64, device=timestamps.device)[:, None]
+    hi = torch.tensor([windows[i][1] for i in rows], dtype=torch.float64, device=timestamps.device)[:, None]
+    in_ts = (timestamps[None] >= lo) & (timestamps[None] <= hi)
+    start, end = date_spans[:, 0][None], date_spans[:, 1][None]
+    in_span = (start <= hi) & (end >= lo)          # NaN spans compare False
+    inside = in_ts | in_span
+    sim = queries[rows].to(embeddings.dtype) @ embeddings.T
+    sim = torch.where(inside, sim.float(), torch.full_like(sim, -math.inf, dtype=torch.float32))
+    k = min(top, n)
+    vals, idx = torch.topk(sim, k, dim=1)
+    idx = torch.where(torch.isfinite(vals), idx, torch.full_like(idx, -1))
+    out[torch.tensor(rows, device=out.device), :k] = idx.to(out.device)
+    return out
+
+
+@dataclass(frozen=True)
+class ContextConfig:
+    """The temporal-context view of an event: the event plus its chain neighbours within
+    ``hops``, the neighbour at hop s weighted ``weight * decay**(s-1)``."""
+
+    hops: int = 2
+    weight: float = 1.0
+    decay: float = 1.0
+    candidates: int = 50        # raw dense and keyword hits whose neighbourhoods are scored
+
+
+def chain_neighbours(ids: torch.Tensor, prev: torch.Tensor, nxt: torch.Tensor, n: int,
+                     ctx: ContextConfig) -> list[tuple[torch.Tensor, float]]:
+    """(neighbour ids or -1, weight) for every hop in both directions of the temporal chain."""
+    out = []
+    for pointer in (prev, nxt):
+        cur = ids
+        for hop in range(1, ctx.hops + 1):
+            cur = torch.where(cur >= 0, pointer[cur.clamp(min=0)], cur)
+            cur = torch.where(cur < n, cur, torch.full_like(cur, -1))  # pointers past a snapshot
+            out.append((cur, ctx.weight * ctx.decay ** (hop - 1)))
+    return out
+
+
+def context_candidates(hits: list[torch.Tensor], prev, nxt, n: int, ctx: ContextConfig) -> torch.Tensor:
+    """The raw hits and their chain neighbours, one row per query, -1 padded, no repeats."""
+    base = torch.cat(hits, dim=1)
+    cand = torch.cat([base] + [nb for nb, _ in chain_neighbours(base, prev, nxt, n, ctx)], dim=1)
+    cand, _ = torch.sort(cand, dim=1)
+    dup = torch.zeros_like(cand, dtype=torch.bool)
+    dup[:, 1:] = cand[:, 1:] == cand[:, :-1]
+    return torch.where(dup, torch.full_like(cand, -1), cand)
+
+
+def context_scores(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig,
+                   dense: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   keyword: torch.Tensor | None = None) -> torch.Tensor:
+    """Score of each candidate's context view, -inf where padded.
+
+    dense=(embeddings, queries): cosine of the query with the (normalised) weighted sum
+    of the window's embeddings. keyword=[B, n] BM25 scores: their weighted window sum.
+    """
+    valid = cand >= 0
+    safe = cand.clamp(min=0)
+    window = chain_neighbours(cand, prev, nxt, n, ctx)
+    if dense is not None:
+        emb, q = dense
+        acc = emb[safe].float()
+        for nb, w in window:
+            acc = acc + w * emb[nb.clamp(min=0)].float() * (nb >= 0).unsqueeze(-1)
+        acc = torch.nn.functional.normalize(acc, dim=-1)
+        score = (acc * q.float().unsqueeze(1)).sum(-1)
+    else:
+        score = torch.gather(keyword, 1, safe)
+        for nb, w in window:
+            score = score + w * torch.gather(keyword, 1, nb.clamp(min=0)) * (nb >= 0)
+        valid &= score > 0  # a window without a single matching term is not a keyword hit
+    return torch.where(valid, score, torch.full_like(score, -math.inf))
+
+
+def top_ids(cand: torch.Tensor, score: torch.Tensor, k: int) -> torch.Tensor:
+    """Ids of the k best finite scores per row (ties: lower id), -1 padded."""
+    k_eff = min(k, cand.shape[1])
+    perm = torch.sort(cand, dim=1, stable=True).indices
+    cand, score = torch.gather(cand, 1, perm), torch.gather(score, 1, perm)
+    vals, idx = torch.sort(score, dim=1, descending=True, stable=True)
+    ids = torch.gather(cand, 1, idx[:, :k_eff])
+    ids = torch.where(torch.isfinite(vals[:, :k_eff]), ids, torch.full_like(ids, -1))
+    return torch.cat([ids, torch.full((ids.shape[0], k - k_eff), -1, dtype=ids.dtype, device=ids.device)], 1)

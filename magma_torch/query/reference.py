@@ -1,0 +1,69 @@
+"""Plain-Python reference implementation of Algorithm 1's beam search: the test oracle.
+
+It reads the graph as adjacency lists and follows the paper step by step, one query
+and one neighbour at a time, so that the batched tensor version can be checked
+against something obviously right. Same tie rules: higher score first, then lower id.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from magma_torch.query.beam import BeamConfig
+
+
+def adjacency_lists(edges: dict[str, Sequence[tuple[int, int]]]) -> tuple[dict, dict]:
+    """From stored edges (relation -> [(src, dst)]) to undirected traversal lists:
+    event -> [(neighbour, relation)] and event -> [entity] / entity -> [event]."""
+    event_adj: dict[int, list[tuple[int, str]]] = {}
+    mentions: dict[int, list[int]] = {}
+    mentioned_by: dict[int, list[int]] = {}
+    for rel, pairs in edges.items():
+        for s, d in pairs:
+            if rel == "entity":
+                mentions.setdefault(s, []).append(d)
+                mentioned_by.setdefault(d, []).append(s)
+            else:
+                event_adj.setdefault(s, []).append((d, rel))
+                event_adj.setdefault(d, []).append((s, rel))
+    return event_adj, (mentions, mentioned_by)
+
+
+def reference_beam_search(event_adj, entity_lists, embeddings: Sequence[Sequence[float]], query: Sequence[float],
+                          intent_weights: dict[str, float], anchors: Sequence[tuple[int, float]],
+                          cfg: BeamConfig) -> dict[int, float]:
+    """One query: returns {event id: salience score} for every node the search keeps."""
+    mentions, mentioned_by = entity_lists
+
+    def cos(v: int) -> float:
+        return sum(a * b for a, b in zip(embeddings[v], query))
+
+    ranked = sorted(anchors, key=lambda a: (-a[1], a[0]))[: cfg.max_nodes]
+    visited = {node: score for node, score in ranked}
+    frontier = list(ranked)
+    for _ in range(cfg.max_depth):
+        room = cfg.max_nodes - len(visited)
+        if room <= 0 or not frontier:
+            break
+        candidates: dict[int, float] = {}
+        for u, score_u in frontier:
+            neighbours = list(event_adj.get(u, []))
+            neighbours += [(v, "entity") for e in mentions.get(u, []) for v in mentioned_by.get(e, [])]
+            for v, rel in neighbours:
+                if v == u or v in visited:
+                    continue
+                c = cos(v)
+                if c < cfg.drop_threshold:
+                    continue
+                s_uv = math.exp(cfg.lambda1 * intent_weights[rel] + cfg.lambda2 * c)
+                score_v = cfg.gamma * score_u + s_uv
+                if score_v > candidates.get(v, -math.inf):
+                    candidates[v] = score_v
+        if not candidates:
+            break
+        best = sorted(candidates.items(), key=lambda kv: (-kv[1], kv[0]))[: min(cfg.beam_width, room)]
+        visited.update(best)
+        frontier = best
+    return visited
+
+

@@ -1,0 +1,193 @@
+"""The query process (paper, Algorithm 1) for a batch of questions.
+
+intent -> time window -> anchors by RRF over vector, keyword and time rankings ->
+batched beam search -> salience order -> linearised context. Reads a store snapshot
+and never writes to the store.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import torch
+
+from magma_torch.ingest.embedder import Embedder
+from magma_torch.ingest.temporal import question_time_window
+from magma_torch.query.anchors import (ContextConfig, context_candidates, context_scores, rrf_fuse, time_ranking,
+                                       top_ids)
+from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights
+from magma_torch.query.intent import INTENTS, IntentClassifier
+from magma_torch.query.linearize import linearize
+from magma_torch.store.graph import RELATIONS
+from magma_torch.store.store import StoreSnapshot
+from magma_torch.text import count_tokens
+
+SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context")
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    rrf_k: int = 60
+    signal_weights: dict = field(default_factory=lambda: {s: 1.0 for s in SIGNALS})
+    signal_top_k: dict = field(default_factory=lambda: {s: 20 for s in SIGNALS})
+    context: ContextConfig = ContextConfig()
+    anchor_k: int = 10                # anchors handed to the beam search
+    anchor_scale: float = 1.0         # anchor start score = anchor_scale * RRF / best RRF of the query
+    use_intent: bool = True           # False: one uniform weight row for every intent (ablation)
+    intent_weights: dict = field(default_factory=lambda: {i: {r: 1.0 for r in RELATIONS} for i in INTENTS})
+    beam: BeamConfig = BeamConfig()
+    budget_tokens: int | None = 2000
+    score_dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class RetrievedNode:
+    id: int
+    text: str
+    timestamp: datetime
+    source_ids: list[str]
+    score: float
+    speaker: str | None
+    tokens: int                        # tokens of the node's rendered block
+
+
+@dataclass(frozen=True)
+class PathEdge:
+    src: int
+    dst: int
+    relation: str                      # "temporal" | "semantic" | "causal" | "entity:<name>"
+    score: float
+
+
+@dataclass(frozen=True)
+class Anchor:
+    id: int
+    rrf: float
+    ranks: dict[str, int]              # 1-based rank per signal; absent signals are left out
+
+
+@dataclass
+class Retrieval:
+    question: str
+    intent: str
+    time_window: tuple[datetime, datetime] | None
+    anchors: list[Anchor]
+    nodes: list[RetrievedNode]
+    paths: list[PathEdge]
+    context: str
+    context_tokens: int
+    context_ids: list[int]
+    retrieval_ms: float
+
+    @property
+    def source_ids(self) -> list[str]:
+        return [s for n in self.nodes for s in n.source_ids]
+
+
+class Retriever:
+    def __init__(self, embedder: Embedder, intent: IntentClassifier | None, cfg: RetrievalConfig):
+        self.embedder, self.intent, self.cfg = embedder, intent, cfg
+        rows = cfg.intent_weights if cfg.use_intent else {i: cfg.intent_weights["uniform"] for i in INTENTS}
+        self.weights = relation_weights(rows, INTENTS)
+        self.dtype = getattr(torch, cfg.score_dtype)
+
+    def retrieve_batch(self, snap: StoreSnapshot, questions: list[str], query_times: list[datetime | None],
+                       budget_tokens: int | None = None) -> list[Retrieval]:
+        budget = self.cfg.budget_tokens if budget_tokens is None else budget_tokens
+        q = self.embedder.encode(questions).to(snap.embeddings.device)
+        started = time.perf_counter()
+        intents = self._intents(q)
+        windows = [question_time_window(text, t) for text, t in zip(questions, query_times)]
+        anchors = self._anchors(snap, questions, q, windows)
+        result = self._expand(snap, q, intents, anchors)
+        out = self._assemble(snap, questions, intents, windows, anchors, result, budget)
+        per_query_ms = (time.perf_counter() - started) * 1000 / max(len(questions), 1)
+        for r in out:
+            r.retrieval_ms = per_query_ms
+        return out
+
+    def _intents(self, q: torch.Tensor) -> torch.Tensor:
+        if self.intent is None:
+            return torch.full((q.shape[0],), INTENTS.index("ENTITY"), dtype=torch.long, device=q.device)
+        return self.intent.predict(q).to(q.device)
+
+    def _anchors(self, snap: StoreSnapshot, questions, q, windows):
+        """RRF over the dense, keyword and time rankings, and over the dense and keyword
+        rankings of each event's temporal-context view."""
+        cfg, n, dev = self.cfg, snap.num_events, q.device
+        on = {s: float(cfg.signal_weights.get(s, 0.0)) > 0 and int(cfg.signal_top_k.get(s, 0)) > 0 for s in SIGNALS}
+        k = {s: int(cfg.signal_top_k.get(s, 0)) for s in SIGNALS}
+        ctx = cfg.context
+        n_cand = ctx.candidates if on["vector_context"] or on["keyword_context"] else 0
+        empty = torch.zeros((len(questions), 0), dtype=torch.long, device=dev)
+        dense = snap.vector_index.search(q, max(k["vector"], n_cand), upto=n)[1].to(dev) if (
+            on["vector"] or n_cand) else empty
+        kw_scores = torch.from_numpy(snap.keyword_index.scores(questions, upto=n)).to(dev) if (
+            on["keyword"] or on["keyword_context"]) else None
+        kw_top = torch.from_numpy(snap.keyword_index.top_k(kw_scores.cpu().numpy(), max(k["keyword"], n_cand))).to(
+            dev) if kw_scores is not None else empty
+        ranked = {"vector": dense[:, : k["vector"]], "keyword": kw_top[:, : k["keyword"]], "time": empty,
+                  "vector_context": empty, "keyword_context": empty}
+        if on["time"]:
+            epochs = [None if w_ is None else tuple(_utc(t) for t in w_) for w_ in windows]
+            ranked["time"] = time_ranking(epochs, snap.timestamps, snap.date_spans, snap.embeddings, q, k["time"])
+        if n_cand:
+            cand = context_candidates([dense[:, :n_cand], kw_top[:, :n_cand]], snap.prev, snap.next, n, ctx)
+            if on["vector_context"]:
+                sc = context_scores(cand, snap.prev, snap.next, n, ctx, dense=(snap.embeddings, q))
+                ranked["vector_context"] = top_ids(cand, sc, k["vector_context"])
+            if on["keyword_context"]:
+                sc = context_scores(cand, snap.prev, snap.next, n, ctx, keyword=kw_scores)
+                ranked["keyword_context"] = top_ids(cand, sc, k["keyword_context"])
+        weights = [float(cfg.signal_weights.get(s, 0.0)) if on[s] else 0.0 for s in SIGNALS]
+        return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, cfg.anchor_k, max(n, 1))
+
+    def _expand(self, snap: StoreSnapshot, q, intents, anchors) -> BeamResult:
+        best = anchors.scores[:, :1].clamp(min=1e-12)
+        start = (self.cfg.anchor_scale * anchors.scores / best).to(self.dtype)
+        return beam_search(snap.graph, snap.embeddings, q, intents, anchors.ids, start, self.weights,
+                           self.cfg.beam, self.dtype)
+
+    def _assemble(self, snap, questions, intents, windows, anchors, res: BeamResult, budget) -> list[Retrieval]:
+        rows, causal = snap.rows, list(zip(*(t.tolist() for t in snap.causal_edges)))
+        q_of, node, score = res.query.tolist(), res.node.tolist(), res.score.tolist()
+        parent, rel, via = res.parent.tolist(), res.relation.tolist(), res.via.tolist()
+        per_query: list[list[int]] = [[] for _ in questions]
+        for i, b in enumerate(q_of):
+            per_query[b].append(i)
+        out = []
+        for b, text in enumerate(questions):
+            idx = sorted(per_query[b], key=lambda i: (-score[i], node[i]))
+            ranked = [node[i] for i in idx]
+            intent = INTENTS[int(intents[b])]
+            context, kept, blocks = linearize(ranked, intent, rows, causal, budget)
+            nodes = [RetrievedNode(node[i], rows[node[i]].text,
+                                   datetime.fromtimestamp(rows[node[i]].timestamp, timezone.utc),
+                                   [rows[node[i]].source_id] if rows[node[i]].source_id else [], score[i],
+                                   rows[node[i]].speaker, blk.tokens)
+                     for i, blk in zip(idx, blocks)]
+            paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
+                     for i in idx if parent[i] >= 0]
+            out.append(Retrieval(text, intent, windows[b], self._anchor_list(anchors, b), nodes, paths,
+                                 context, count_tokens(context), [b.event for b in kept], 0.0))
+        return out
+
+    @staticmethod
+    def _anchor_list(anchors, b) -> list[Anchor]:
+        out = []
+        for j, a in enumerate(anchors.ids[b].tolist()):
+            if a < 0:
+                break
+            ranks = {s: int(r) for s, r in zip(SIGNALS, anchors.ranks[b, j].tolist()) if r > 0}
+            out.append(Anchor(a, float(anchors.scores[b, j]), ranks))
+        return out
+
+
+def _relation_name(rel: int, via: int, snap: StoreSnapshot) -> str:
+    name = RELATIONS[rel]
+    return f"{name}:{snap.entity_names[via]}" if via >= 0 else name
+
+
+def _utc(t: datetime) -> float:
+    return (t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t).timestamp()
