@@ -1,0 +1,39 @@
+"""Retrieval metrics: turn-level evidence recall by rank and by context-token budget."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def dedupe(sources: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(sources))
+
+
+def recall_all_at_k(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
+    """1 when every evidence turn is among the top k retrieved turns."""
+    return float(set(evidence) <= set(dedupe(retrieved)[:k]))
+
+
+def recall_any_at_k(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
+    return float(bool(set(evidence) & set(dedupe(retrieved)[:k])))
+
+
+def within_budget(sources: Sequence[Sequence[str]], tokens: Sequence[int], budget: int) -> list[str]:
+    """Turns taken in salience order while their blocks fit in ``budget`` context tokens."""
+    out, used = [], 0
+    for src, t in zip(sources, tokens):
+        if out and used + t > budget:
+            break
+        out.extend(src)
+        used += t
+    return out
+
+
+def recall_all_at_tokens(sources: Sequence[Sequence[str]], tokens: Sequence[int], evidence: Sequence[str],
+                         budget: int) -> float:
+    return float(set(evidence) <= set(within_budget(sources, tokens, budget)))
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None

@@ -1,0 +1,114 @@
+"""MagmaMemory: the facade that wires ingest, store and query together."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+
+import hydra.utils
+from omegaconf import DictConfig, OmegaConf
+
+from magma_torch.config import load_group
+from magma_torch.ingest import fast_path
+from magma_torch.ingest.embedder import Embedder, resolve_device
+from magma_torch.ingest.temporal import parse_timestamp
+from magma_torch.ingest.worker import SlowPathWorker
+from magma_torch.query.anchors import ContextConfig
+from magma_torch.query.beam import BeamConfig
+from magma_torch.query.intent import IntentClassifier
+from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
+from magma_torch.store.store import MemoryStore
+
+
+def _as_config(cfg, group: str, default: str) -> DictConfig | None:
+    if cfg is None:
+        return load_group(group, default)
+    if isinstance(cfg, str):
+        return load_group(group, cfg)
+    return OmegaConf.create(cfg) if not isinstance(cfg, DictConfig) else cfg
+
+
+class MagmaMemory:
+    """A multi-graph memory: ``add`` events, ``consolidate``, ``retrieve``.
+
+    ``config`` is a memory config (a name under ``conf/memory``, a mapping or a
+    DictConfig); ``consolidation`` a consolidation config (``conf/consolidation``:
+    "heuristic" by default, "none" for no slow path).
+    """
+
+    def __init__(self, config: str | Mapping | DictConfig | None = None,
+                 consolidation: str | Mapping | DictConfig | None = None, *, namespace: str = "default",
+                 device: str | None = None, embedder: Embedder | None = None):
+        self.config = _as_config(config, "memory", "magma")
+        self.consolidation_config = _as_config(consolidation, "consolidation", "heuristic")
+        self.namespace = namespace
+        cfg = self.config
+        self.device = resolve_device(device or cfg.device)
+        self.embedder = embedder or Embedder(cfg.embedder.model, self.device, cfg.embedder.batch_size,
+                                             cfg.embedder.max_seq_length)
+        self.store = MemoryStore(self.embedder.dim, self.device, cfg.vector_backend, cfg.bm25.k1, cfg.bm25.b)
+        self.fast_cfg = fast_path.FastPathConfig(**cfg.fast_path)
+        self.consolidator = self._make_consolidator()
+        self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path.batch_size,
+                                     cfg.slow_path.window, background=cfg.slow_path.background,
+                                     **self._caps())
+        r = OmegaConf.to_container(cfg.retrieval, resolve=True)
+        r["beam"] = BeamConfig(**r["beam"])
+        r["context"] = ContextConfig(**r["context"])
+        self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device), RetrievalConfig(**r))
+
+    def _make_consolidator(self):
+        c = self.consolidation_config
+        return None if c is None or c.get("_target_") is None else hydra.utils.instantiate(c)
+
+    def _caps(self) -> dict:
+        c = self.consolidation_config
+        keys = ("max_causal_per_event", "max_entities_per_event")
+        return {k: c[k] for k in keys if c is not None and k in c}
+
+    # ---- fast path ----
+    def add(self, text: str, timestamp, speaker: str | None = None, source_id: str | None = None,
+            session_id: str | None = None, metadata: Mapping | None = None, stream: str | None = None) -> int:
+        """Add one event; returns its id (the existing id when ``source_id`` is known)."""
+        rec = {"text": text, "timestamp": timestamp, "speaker": speaker, "source_id": source_id,
+               "session_id": session_id, "metadata": metadata, "stream": stream}
+        return self.add_many([{k: v for k, v in rec.items() if v is not None or k in ("text", "timestamp")}])[0]
+
+    def add_many(self, records: Iterable[Mapping]) -> list[int]:
+        """Batched fast path; validates the whole batch first, then writes it."""
+        ids, new = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg)
+        self.worker.submit(new)
+        return ids
+
+    # ---- slow path ----
+    def consolidate(self) -> None:
+        """Block until the slow-path queue is drained."""
+        self.worker.drain()
+
+    # ---- query ----
+    def retrieve(self, question: str, query_time=None, budget_tokens: int | None = None) -> Retrieval:
+        return self.retrieve_batch([question], [query_time], budget_tokens)[0]
+
+    def retrieve_batch(self, questions: Sequence[str], query_times: Sequence | None = None,
+                       budget_tokens: int | None = None) -> list[Retrieval]:
+        questions = list(questions)
+        times = [None] * len(questions) if query_times is None else list(query_times)
+        if len(times) != len(questions):
+            raise ValueError(f"query_times has {len(times)} entries for {len(questions)} questions")
+        times = [None if t is None else (t if isinstance(t, datetime) else parse_timestamp(t)) for t in times]
+        return self.retriever.retrieve_batch(self.store.snapshot(), questions, times, budget_tokens)
+
+    def stats(self) -> dict:
+        s = self.store.stats()
+        s["queue"] = self.worker.pending()
+        s["namespace"] = self.namespace
+        return s
+
+    def close(self) -> None:
+        self.worker.close()
+
+    def __enter__(self) -> "MagmaMemory":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
