@@ -1,8 +1,10 @@
 """MagmaMemory: the facade that wires ingest, store and query together."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import hydra.utils
@@ -17,6 +19,7 @@ from magma_torch.query.anchors import ContextConfig
 from magma_torch.query.beam import BeamConfig
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
+from magma_torch.store import persistence
 from magma_torch.store.store import MemoryStore
 
 
@@ -112,3 +115,38 @@ class MagmaMemory:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the memory to folder ``path``: store, configs, slow-path queue and
+        consolidator state (format: ``magma_torch.store.persistence``). Atomic: an
+        earlier save at ``path`` is replaced only once the new one is on disk."""
+        # Paused between batches and under the store lock, queue, statuses, consolidator
+        # state and store agree; the files are then written without holding either.
+        with self.worker.paused(), self.store.lock:
+            c = self.consolidation_config
+            files = persistence.encode_store(self.store, {
+                "namespace": self.namespace,
+                "config": OmegaConf.to_container(self.config, resolve=True),
+                "consolidation": {} if c is None else OmegaConf.to_container(c, resolve=True),
+                "worker": self.worker.state_dict(len(self.store)),
+                "consolidator": None if self.consolidator is None else self.consolidator.state_dict()})
+        persistence.write_save(path, files)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, embedder: Embedder | None = None,
+             device: str | None = None) -> "MagmaMemory":
+        """Rebuild a memory written by ``save``; its pending events are consolidated by the
+        worker as usual. Raises ``CorruptSaveError`` naming a missing or damaged file."""
+        saved = persistence.read_save(path)
+        s = saved.state
+        mem = cls(s["config"], s["consolidation"], namespace=s["namespace"], device=device, embedder=embedder)
+        try:
+            persistence.load_store(saved, mem.store, partial(fast_path.embed_text, cfg=mem.fast_cfg))
+            if mem.consolidator is not None:
+                mem.consolidator.load_state_dict(s["consolidator"])
+            # Last: a background worker starts on the queue as soon as it has one.
+            mem.worker.load_state_dict(s["worker"])
+        except BaseException:
+            mem.close()
+            raise
+        return mem

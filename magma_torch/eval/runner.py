@@ -123,18 +123,15 @@ def format_table(metrics: dict) -> str:
 
 
 @hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)
-def _hydra_main(cfg: DictConfig) -> None:
-    metrics = run(cfg, Path(cfg.out_dir))
-    print(format_table(metrics))
-    print(f"run folder: {cfg.out_dir}")
-
-
-def main() -> None:
+def main(cfg: DictConfig) -> None:
     try:
-        _hydra_main()
-    except (DatasetError, IngestError, FileNotFoundError, ValueError) as err:
+        metrics = run(cfg, Path(cfg.out_dir))
+    except (DatasetError, IngestError) as err:
+        # Bad input is the user's to fix: one readable line, not a traceback.
         print(f"magma-run: error: {err}", file=sys.stderr)
         sys.exit(2)
+    print(format_table(metrics))
+    print(f"run folder: {cfg.out_dir}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from magma_torch.store.tables import EventRow
 log = logging.getLogger(__name__)
 
 _FIELDS = {"text", "timestamp", "speaker", "source_id", "session_id", "stream", "metadata"}
+_LINK_CHUNK = 256  # batch rows per semantic-neighbour search
 
 
 class IngestError(ValueError):
@@ -73,15 +74,18 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) ->
         if stream in last_ts and epoch < last_ts[stream]:
             raise IngestError(f"{name}: timestamp {ts.isoformat()} goes backwards in stream {stream!r}")
         last_ts[stream] = epoch
+        metadata = rec.get("metadata")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise IngestError(f"{name}: metadata must be a mapping, got {type(metadata).__name__}")
         speaker = rec.get("speaker")
         rows.append(EventRow(text=text, timestamp=epoch, stream=stream,
                              speaker=None if speaker is None else str(speaker), source_id=source_id,
                              session_id=None if rec.get("session_id") is None else str(rec["session_id"]),
                              dates=[_date_dict(d) for d in resolve_dates(text, ts)],
-                             metadata=dict(rec["metadata"]) if rec.get("metadata") else None))
+                             metadata=dict(metadata) if metadata else None))
         existing.append(None)
         if source_id is not None:
-            seen[source_id] = -1 - len(rows)  # placeholder: resolved to a real id after append
+            seen[source_id] = -len(rows)  # placeholder -1 - row index: resolved to a real id after append
     return rows, existing
 
 
@@ -102,11 +106,17 @@ def embed_text(row: EventRow, cfg: FastPathConfig) -> str:
 def ingest(records: Iterable[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig) -> tuple[list[int], list[int]]:
     """Add records; returns (id per record, ids of the events that are new)."""
     records = list(records)
+    with store.ingest_lock:
+        return _ingest(records, store, embedder, cfg)
+
+
+def _ingest(records: list[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig) -> tuple[list[int], list[int]]:
     rows, existing = validate(records, store, cfg)
     if not rows:
         return [e for e in existing], []
     texts = [embed_text(r, cfg) for r in rows]
-    _warn_truncation(texts, rows, embedder)
+    _warn_truncation(texts, [_record_name(i, r) for i, (r, e) in enumerate(zip(records, existing)) if e is None],
+                     embedder)
     emb = embedder.encode(texts).to(store.device, store.events.embeddings.data.dtype)
     tokens = store.keyword_index.tokenize(texts)
     with store.lock:
@@ -127,22 +137,27 @@ def _link(store: MemoryStore, ids: list[int], emb: torch.Tensor, cfg: FastPathCo
     store.graph.add_edges("temporal", prev[has_prev], new[has_prev])
     if cfg.semantic_k <= 0:
         return
-    # Neighbours among all earlier events; a batch's later events link back to earlier ones.
-    scores, nbrs = store.vector_index.search(emb, cfg.semantic_k + 1)
-    scores, nbrs = scores.cpu(), nbrs.cpu()
-    keep = (nbrs >= 0) & (nbrs < new[:, None]) & (scores > cfg.theta_sim)
-    src = new[:, None].expand_as(nbrs)[keep]
-    store.graph.add_edges("semantic", src, nbrs[keep], scores[keep])
+    # The k nearest *earlier* events, as if the batch were added one event at a time: a
+    # chunk searches only ids up to its own last event, with room for the chunk's own
+    # (self and later) events, which are then dropped.
+    for a in range(0, len(ids), _LINK_CHUNK):
+        rows = new[a:a + _LINK_CHUNK]
+        scores, nbrs = store.vector_index.search(emb[a:a + _LINK_CHUNK], cfg.semantic_k + len(rows),
+                                                 upto=int(rows[-1]) + 1)
+        scores, nbrs = scores.cpu(), nbrs.cpu()
+        keep = (nbrs >= 0) & (nbrs < rows[:, None]) & (scores > cfg.theta_sim)
+        keep &= torch.cumsum(keep.long(), 1) <= cfg.semantic_k   # results are in descending score
+        src = rows[:, None].expand_as(nbrs)[keep]
+        store.graph.add_edges("semantic", src, nbrs[keep], scores[keep])
 
 
-def _warn_truncation(texts: list[str], rows: list[EventRow], embedder: Embedder) -> None:
+def _warn_truncation(texts: list[str], names: list[str], embedder: Embedder) -> None:
     limit = embedder.max_seq_length
-    # Cheap pre-filter: a MiniLM word piece is at least one character.
-    long_idx = [i for i, t in enumerate(texts) if len(t) > limit]
+    # Cheap pre-filter: a MiniLM word piece is at least one character, plus [CLS] and [SEP].
+    long_idx = [i for i, t in enumerate(texts) if len(t) > limit - 2]
     if not long_idx:
         return
     counts = embedder.count_tokens([texts[i] for i in long_idx])
     for i, c in zip(long_idx, counts):
         if c > limit:
-            log.warning("event %s: %d tokens; embedded truncated to %d, stored whole",
-                        rows[i].source_id or f"#{i}", c, limit)
+            log.warning("%s: %d tokens; embedded truncated to %d, stored whole", names[i], c, limit)

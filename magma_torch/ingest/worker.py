@@ -7,9 +7,12 @@ and writes them. Every queued event ends ``consolidated`` or ``failed`` with a r
 from __future__ import annotations
 
 import logging
+import numbers
+import operator
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Protocol
 
@@ -27,6 +30,10 @@ class Consolidator(Protocol):
 
     def backfill(self) -> list[tuple[int, EntityMention]]: ...
 
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
 
 class SlowPathWorker:
     def __init__(self, store: MemoryStore, embedder: Embedder, consolidator: Consolidator | None,
@@ -40,6 +47,7 @@ class SlowPathWorker:
         self.busy_s = 0.0
         self._cv = threading.Condition()
         self._inflight = 0
+        self._holds = 0  # paused() callers: no new batch starts while any is waiting or inside
         self._stop = False
         self._thread = None
         if background:
@@ -59,12 +67,45 @@ class SlowPathWorker:
 
     def drain(self) -> None:
         """Block until every queued event is consolidated or failed."""
-        if self._thread is None:
+        if self._thread is None or not self._thread.is_alive():  # foreground, or after close()
             while self._step():
                 pass
             return
         with self._cv:
             self._cv.wait_for(lambda: not self.queue and self._inflight == 0)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the worker between batches: none is in flight or starts inside the block."""
+        with self._cv:
+            # Announce the hold first, so a busy worker cannot start batch after batch ahead of it.
+            self._holds += 1
+            try:
+                self._cv.wait_for(lambda: self._inflight == 0)
+                yield
+            finally:
+                self._holds -= 1
+                self._cv.notify_all()
+
+    def state_dict(self, num_events: int) -> dict:
+        """Queue (in order) and status of events ``0..num_events-1``; call while paused.
+
+        Events the fast path has written but not yet submitted are queued last and
+        pending, as their imminent ``submit`` would leave them.
+        """
+        with self._cv:
+            unsubmitted = [i for i in range(num_events) if i not in self.status]
+            return {"queue": list(self.queue) + unsubmitted,
+                    "status": [list(self.status.get(i, ("pending", ""))) for i in range(num_events)]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a saved queue and statuses into an idle, empty worker."""
+        with self._cv:
+            if self.queue or self.status:
+                raise RuntimeError("load_state_dict needs a worker that has seen no events")
+            self.status = {i: (s, reason) for i, (s, reason) in enumerate(state["status"])}
+            self.queue.extend(state["queue"])
+            self._cv.notify_all()
 
     def close(self) -> None:
         with self._cv:
@@ -76,13 +117,14 @@ class SlowPathWorker:
     def _run(self) -> None:
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: self.queue or self._stop)
+                self._cv.wait_for(lambda: (self.queue and not self._holds) or self._stop)
                 if self._stop and not self.queue:
                     return
             self._step()
 
     def _step(self) -> bool:
         with self._cv:
+            self._cv.wait_for(lambda: not self._holds)
             if not self.queue:
                 return False
             batch = [self.queue.popleft() for _ in range(min(self.batch_size, len(self.queue)))]
@@ -117,8 +159,12 @@ class SlowPathWorker:
             context = {i: [self._view(j) for j in self.store.events.preceding(i, self.window)] for i in batch}
         proposals = self.consolidator.propose(views, context)
         mentions = [(p.event_id, m) for p in proposals for m in p.entities[: self.max_entities_per_event]]
-        mentions += self.consolidator.backfill()
-        causal = [c for p in proposals for c in p.causal[: self.max_causal_per_event]]
+        backfill = getattr(self.consolidator, "backfill", None)
+        mentions += backfill() if backfill is not None else []
+        # Mentions of events that do not exist are dropped before any entity node is made for them.
+        n = len(self.store.events)
+        mentions = [(e, m) for e, m in mentions if _node_id(e, n) is not None and isinstance(m.name, str)]
+        causal = [(p.event_id, c) for p in proposals for c in p.causal[: self.max_causal_per_event]]
         new_names = self._new_entity_names(mentions)
         name_emb = self.embedder.encode([surface for _, _, surface in new_names])
         with self.store.lock:
@@ -132,40 +178,57 @@ class SlowPathWorker:
                 out.append((m.name, m.kind, m.surface))
         return out
 
-    def _write(self, batch, mentions, causal: list[CausalLink], new_names, name_emb: torch.Tensor) -> None:
+    def _write(self, batch, mentions, causal: list[tuple[int, CausalLink]], new_names, name_emb: torch.Tensor) -> None:
         store = self.store
         n = len(store.events)
-        reasons: dict[int, str] = {}
+        reasons: dict[int, list[str]] = {}
         if new_names:
             store.entities.append([a for a, _, _ in new_names], [b for _, b, _ in new_names],
                                   [c for _, _, c in new_names], name_emb.to(store.device))
         ev, en = [], []
+        pairs = set()
         for event_id, m in mentions:
-            ent = store.entity_id(m.name)
-            if 0 <= event_id < n and not store.graph.has_mention(event_id, ent) and (event_id, ent) not in zip(ev, en):
+            event_id, ent = int(event_id), store.entity_id(m.name)
+            if not store.graph.has_mention(event_id, ent) and (event_id, ent) not in pairs:
+                pairs.add((event_id, ent))
                 ev.append(event_id)
                 en.append(ent)
         store.graph.add_edges("entity", torch.tensor(ev, dtype=torch.long), torch.tensor(en, dtype=torch.long))
-        for link in causal:
+        for proposer, link in causal:
             problem = self._causal_problem(link, n)
-            if problem:
-                reasons.setdefault(link.effect, problem)
+            if problem:  # noted on the status of the event whose proposal held the link
+                reasons.setdefault(proposer, []).append(
+                    f"rejected causal link {link.cause!r}->{link.effect!r}: {problem}")
                 log.debug("rejected causal link %s -> %s: %s", link.cause, link.effect, problem)
                 continue
-            store.graph.add_edges("causal", torch.tensor([link.cause]), torch.tensor([link.effect]),
-                                  torch.tensor([link.confidence]))
+            store.graph.add_edges("causal", torch.tensor([int(link.cause)]), torch.tensor([int(link.effect)]),
+                                  torch.tensor([float(link.confidence)]))
         with self._cv:
             for i in batch:
-                self.status[i] = ("consolidated", reasons.get(i, ""))
+                self.status[i] = ("consolidated", "; ".join(reasons.get(i, ())))
 
     def _causal_problem(self, link: CausalLink, n: int) -> str:
         g = self.store.graph
-        if not (0 <= link.cause < n and 0 <= link.effect < n):
+        cause, effect = _node_id(link.cause, n), _node_id(link.effect, n)
+        if cause is None or effect is None:
             return "unknown node"
-        if link.cause == link.effect:
+        if not isinstance(link.confidence, numbers.Real) or not 0.0 < link.confidence <= 1.0:
+            return f"confidence {link.confidence!r} not in (0, 1]"
+        if cause == effect:
             return "self-loop"
-        if g.has_causal(link.cause, link.effect):
+        if g.has_causal(cause, effect):
             return "duplicate"
-        if g.causal_path_exists(link.effect, link.cause):
+        if g.causal_path_exists(effect, cause):
             return "would create a cycle"
         return ""
+
+
+def _node_id(x, n: int) -> int | None:
+    """``x`` as an event id in [0, n), or None (wrong type or out of range)."""
+    if isinstance(x, bool):
+        return None
+    try:
+        i = operator.index(x)
+    except TypeError:
+        return None
+    return i if 0 <= i < n else None

@@ -60,6 +60,16 @@ def _order(*keys_desc_flags: tuple[torch.Tensor, bool]) -> torch.Tensor:
     return perm
 
 
+def pair_cosine(embeddings: torch.Tensor, queries: torch.Tensor, q_idx: torch.Tensor, nodes: torch.Tensor,
+                dtype: torch.dtype, chunk: int = 1 << 16) -> torch.Tensor:
+    """cos(embeddings[nodes[i]], queries[q_idx[i]]) in chunks, so memory stays O(chunk * d)."""
+    out = torch.empty(nodes.numel(), dtype=dtype, device=queries.device)
+    for start in range(0, nodes.numel(), chunk):
+        sl = slice(start, start + chunk)
+        out[sl] = (embeddings[nodes[sl]].to(dtype) * queries[q_idx[sl]].to(dtype)).sum(-1)
+    return out
+
+
 def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.Tensor, intents: torch.Tensor,
                 anchors: torch.Tensor, anchor_scores: torch.Tensor, weights: torch.Tensor, cfg: BeamConfig,
                 dtype: torch.dtype = torch.float32) -> BeamResult:
@@ -107,7 +117,10 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
             pos = torch.searchsorted(visited, keys).clamp(max=visited.numel() - 1)
             ok &= visited[pos] != keys
         c_q, c_p, c_ps, nbr, rel, via, keys = (t[ok] for t in (c_q, c_p, c_ps, nbr, rel, via, keys))
-        cos = (embeddings[nbr].to(dtype) * q[c_q]).sum(-1)
+        # Hubs (a speaker's entity node) reach the same node from many parents: score each
+        # (query, node) pair once.
+        pair_keys, inverse = torch.unique(keys, return_inverse=True)
+        cos = pair_cosine(embeddings, q, pair_keys // n, pair_keys % n, dtype)[inverse]
         ok = cos >= cfg.drop_threshold
         c_q, c_p, c_ps, nbr, rel, via, keys, cos = (t[ok] for t in (c_q, c_p, c_ps, nbr, rel, via, keys, cos))
         if nbr.numel() == 0:

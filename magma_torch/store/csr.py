@@ -108,6 +108,9 @@ class IncrementalCSR:
     def _build_main(self, num_rows: int) -> CSRSnapshot:
         row, col, rel = self._row.data, self._col.data, self._rel.data
         order = torch.argsort(row * 8 + rel, stable=True)  # group by row, then relation
+        # Cover every row that has an edge, even past num_rows: edges left out here would
+        # be counted as merged and never show up again.
+        num_rows = max(num_rows, int(row.max()) + 1) if row.numel() else num_rows
         rowptr = torch.zeros(num_rows + 1, dtype=torch.long, device=self.device)
         rowptr[1:] = torch.cumsum(torch.bincount(row, minlength=num_rows)[:num_rows], 0)
         self._main_edges = row.numel()

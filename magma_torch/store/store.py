@@ -45,6 +45,9 @@ class MemoryStore:
         self.vector_index = VectorIndex(dim, device, vector_backend)
         self.keyword_index = KeywordIndex(bm25_k1, bm25_b)
         self.lock = threading.RLock()
+        # Serialises fast-path calls from validation to write, so two concurrent adds cannot
+        # both pass the duplicate/ordering checks; readers and the slow path never take it.
+        self.ingest_lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.events)

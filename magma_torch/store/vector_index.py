@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 
 import torch
 
@@ -46,6 +47,9 @@ class VectorIndex:
                     self._index = None
         self.backend = "faiss" if self._index is not None else "torch"
         self._vectors: torch.Tensor | None = None  # torch backend reads the event table's tensor
+        # A faiss index must not be searched while it grows (its storage is reallocated), and
+        # a snapshot's upto == ntotal check must hold for the search that follows it.
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._index.ntotal if self._index is not None else (0 if self._vectors is None else len(self._vectors))
@@ -53,27 +57,32 @@ class VectorIndex:
     def add(self, vectors: torch.Tensor, all_vectors: torch.Tensor) -> None:
         """Index new rows. ``all_vectors`` is the full embedding column (torch backend
         searches it directly instead of keeping a second copy)."""
-        if self._index is not None:
-            self._index.add(vectors.detach().float().cpu().numpy())
-        self._vectors = all_vectors
+        with self._lock:
+            if self._index is not None:
+                self._index.add(vectors.detach().float().cpu().numpy())
+            self._vectors = all_vectors
 
     def search(self, queries: torch.Tensor, k: int, upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k (scores, ids) per query row; ids are -1 where fewer than k exist.
 
         ``upto`` restricts the search to ids < upto (a reader's snapshot).
         """
-        n = len(self) if upto is None else min(upto, len(self))
-        k_eff = min(k, n)
         b = queries.shape[0]
-        if k_eff == 0:
-            return (torch.full((b, k), float("-inf"), device=queries.device),
-                    torch.full((b, k), -1, dtype=torch.long, device=queries.device))
-        if self._index is not None and n == self._index.ntotal:
-            scores, ids = self._index.search(queries.detach().float().cpu().numpy(), k_eff)
-            scores = torch.from_numpy(scores).to(queries.device)
-            ids = torch.from_numpy(ids).to(queries.device)
-        else:
-            sims = queries.to(self._vectors.dtype) @ self._vectors[:n].T
+        with self._lock:
+            n = len(self) if upto is None else min(upto, len(self))
+            k_eff = min(k, n)
+            if k_eff == 0:
+                return (torch.full((b, k), float("-inf"), device=queries.device),
+                        torch.full((b, k), -1, dtype=torch.long, device=queries.device))
+            if self._index is not None and n == self._index.ntotal:
+                scores, ids = self._index.search(queries.detach().float().cpu().numpy(), k_eff)
+                scores = torch.from_numpy(scores).to(queries.device)
+                ids = torch.from_numpy(ids).to(queries.device)
+                vectors = None
+            else:
+                vectors = self._vectors[:n]
+        if vectors is not None:  # exact torch path on a view that later adds never change
+            sims = queries.to(vectors.dtype) @ vectors.T
             scores, ids = torch.topk(sims.float(), k_eff, dim=1)
         if k_eff < k:
             pad = k - k_eff

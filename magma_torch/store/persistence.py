@@ -1,0 +1,260 @@
+"""Save folders: a store (plus the caller's JSON state) on disk, exactly and atomically.
+
+A save is a folder:
+
+- ``tensors.safetensors``: ``events.{embeddings,timestamps,date_spans,prev,next}``,
+  ``entities.embeddings`` and ``graph.<relation>.{src,dst,weight}`` per relation;
+- ``events.jsonl``: one ``EventRow`` per line, line i = event id i (metadata must be
+  JSON-serialisable and comes back as JSON types: tuples as lists);
+- ``entities.json``: ``names``, ``kinds``, ``surfaces`` (index = entity id);
+- ``state.json``: format, version, counts and the caller's state (for ``MagmaMemory``:
+  configs, namespace, slow-path queue and statuses, consolidator state);
+- ``manifest.json``: size and SHA-256 of every other file, written last.
+
+Nothing is pickled. ``write_save`` builds the folder as a temporary sibling, fsyncs it
+and only then renames it into place, so a failed save leaves any earlier save intact;
+``read_save`` verifies every file against the manifest before parsing any of it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+
+from magma_torch.store.graph import RELATIONS, MultiGraph
+from magma_torch.store.store import MemoryStore
+from magma_torch.store.tables import EventRow
+
+log = logging.getLogger(__name__)
+
+FORMAT = "magma_torch.save"
+VERSION = 1
+TENSORS, EVENTS, ENTITIES, STATE, MANIFEST = (
+    "tensors.safetensors", "events.jsonl", "entities.json", "state.json", "manifest.json")
+FILES = (TENSORS, EVENTS, ENTITIES, STATE)
+
+
+class CorruptSaveError(ValueError):
+    """A save folder that is incomplete, corrupted or of an unknown format; names the file."""
+
+
+@dataclass
+class SavedStore:
+    """A verified, parsed save folder (tensors on the CPU)."""
+
+    path: Path
+    tensors: dict[str, torch.Tensor]
+    events: list[EventRow]
+    entities: dict[str, list[str]]
+    state: dict
+
+
+# ---- save ----
+
+def encode_store(store: MemoryStore, state: dict) -> dict[str, bytes]:
+    """The contents of every file but the manifest. The caller holds ``store.lock`` (and
+    whatever keeps ``state`` still); the bytes are then written without any lock."""
+    n, m = len(store.events), len(store.entities)
+    ev, en = store.events, store.entities
+    tensors = {"events.embeddings": ev.embeddings.data, "events.timestamps": ev.timestamps.data,
+               "events.date_spans": ev.date_spans.data, "events.prev": ev.prev.data,
+               "events.next": ev.next.data, "entities.embeddings": en.embeddings.data}
+    tensors.update({f"graph.{k}": v for k, v in store.graph.state().items()})
+    # Own CPU copies: the live columns are views into larger, still-growing buffers.
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
+    counts = {"events": n, "entities": m, "dim": store.dim, "edges": store.graph.counts()}
+    return {TENSORS: save_tensors(tensors),
+            EVENTS: "".join(_event_line(i, r) for i, r in enumerate(ev.rows)).encode(),
+            ENTITIES: _json({"names": en.names, "kinds": en.kinds, "surfaces": en.surfaces}),
+            STATE: _json({"format": FORMAT, "version": VERSION, "counts": counts, **state})}
+
+
+def _json(obj) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode()
+
+
+def _event_line(i: int, row: EventRow) -> str:
+    try:
+        return json.dumps(asdict(row), ensure_ascii=False) + "\n"
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"event {i} (source_id={row.source_id!r}): metadata is not JSON-serialisable: {err}") from None
+
+
+def write_save(path: str | os.PathLike, files: dict[str, bytes]) -> None:
+    """Write ``files`` plus a manifest as folder ``path``, replacing an earlier save only
+    once the new one is complete on disk.
+
+    A crash between moving the old save aside and moving the new one in (two renames)
+    leaves the old one as a ``.<name>.old-*`` sibling.
+    """
+    path = Path(path)
+    _check_replaceable(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # os.mkdir, not tempfile.mkdtemp: the folder becomes the save, so it keeps the umask's mode.
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
+    os.mkdir(tmp)
+    try:
+        manifest = {"format": FORMAT, "version": VERSION,
+                    "files": {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                              for name, data in files.items()}}
+        for name, data in files.items():
+            _write_file(tmp / name, data)
+        # The manifest goes last: a folder holding one has every file it lists.
+        _write_file(tmp / MANIFEST, _json(manifest))
+        _fsync_dir(tmp)
+        _move_into_place(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _check_replaceable(path: Path) -> None:
+    if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / MANIFEST).is_file())):
+        raise FileExistsError(f"{path}: exists and is not a save folder (no {MANIFEST}); refusing to replace it")
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name != "posix":  # only POSIX can open a directory to fsync its entries
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _move_into_place(tmp: Path, path: Path) -> None:
+    if not path.exists():
+        os.rename(tmp, path)
+        _fsync_dir(path.parent)
+        return
+    # POSIX cannot rename a folder over a non-empty one: move the old save aside first.
+    old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex}")
+    os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    _fsync_dir(path.parent)
+    try:
+        shutil.rmtree(old)
+    except OSError as err:  # the new save is in place; a leftover copy of the old one is harmless
+        log.warning("could not remove the replaced save %s: %s", old, err)
+
+
+# ---- load ----
+
+def read_save(path: str | os.PathLike) -> SavedStore:
+    """Read and verify a save folder; raises ``CorruptSaveError`` naming the bad file."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such save folder")
+    manifest = _parse_json(path / MANIFEST, _read(path / MANIFEST))
+    _check_format(path / MANIFEST, manifest)
+    listed = manifest.get("files", {})
+    blobs = {}
+    for name in FILES:
+        file = path / name
+        if name not in listed:
+            raise CorruptSaveError(f"{path / MANIFEST}: does not list {name}")
+        data = _read(file)
+        if len(data) != listed[name]["bytes"]:
+            raise CorruptSaveError(f"{file}: {len(data)} bytes, the manifest says {listed[name]['bytes']} "
+                                   "(truncated or overwritten)")
+        if hashlib.sha256(data).hexdigest() != listed[name]["sha256"]:
+            raise CorruptSaveError(f"{file}: SHA-256 does not match the manifest (corrupted)")
+        blobs[name] = data
+    state = _parse_json(path / STATE, blobs[STATE])
+    _check_format(path / STATE, state)
+    try:
+        tensors = load_tensors(blobs[TENSORS])
+    except Exception as err:  # safetensors raises its own error type
+        raise CorruptSaveError(f"{path / TENSORS}: {err}") from None
+    try:
+        # Split on "\n" only: JSON escapes it, but not other characters splitlines() breaks on (U+2028).
+        events = [EventRow(**json.loads(line)) for line in blobs[EVENTS].decode().split("\n") if line]
+    except (ValueError, TypeError) as err:
+        raise CorruptSaveError(f"{path / EVENTS}: {err}") from None
+    saved = SavedStore(path, tensors, events, _parse_json(path / ENTITIES, blobs[ENTITIES]), state)
+    _check_counts(saved)
+    return saved
+
+
+def _read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except FileNotFoundError:
+        raise CorruptSaveError(f"{file}: missing (incomplete save?)") from None
+
+
+def _parse_json(file: Path, data: bytes):
+    try:
+        return json.loads(data)
+    except ValueError as err:
+        raise CorruptSaveError(f"{file}: not valid JSON: {err}") from None
+
+
+def _check_format(file: Path, obj) -> None:
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise CorruptSaveError(f"{file}: not a magma_torch save")
+    if obj.get("version") != VERSION:
+        raise CorruptSaveError(f"{file}: format version {obj.get('version')}; this magma_torch reads {VERSION}")
+
+
+def _check_counts(saved: SavedStore) -> None:
+    """The files agree with each other and with the counts in state.json."""
+    c, t, p = saved.state["counts"], saved.tensors, saved.path
+    expected = {"events.embeddings": (c["events"], c["dim"]), "events.timestamps": (c["events"],),
+                "events.date_spans": (c["events"], 2), "events.prev": (c["events"],),
+                "events.next": (c["events"],), "entities.embeddings": (c["entities"], c["dim"])}
+    for rel in RELATIONS:
+        expected.update({f"graph.{rel}.{col}": (c["edges"][rel],) for col in ("src", "dst", "weight")})
+    for key, shape in expected.items():
+        if key not in t or tuple(t[key].shape) != shape:
+            got = tuple(t[key].shape) if key in t else "missing"
+            raise CorruptSaveError(f"{p / TENSORS}: {key} has shape {got}, expected {shape}")
+    if len(saved.events) != c["events"]:
+        raise CorruptSaveError(f"{p / EVENTS}: {len(saved.events)} events, state.json says {c['events']}")
+    if any(len(saved.entities[k]) != c["entities"] for k in ("names", "kinds", "surfaces")):
+        raise CorruptSaveError(f"{p / ENTITIES}: entity lists do not all have {c['entities']} entries")
+
+
+def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[EventRow], str]) -> None:
+    """Fill an empty ``store`` from ``saved``. ``keyword_text`` gives the text the fast path
+    tokenised for an event (the keyword index keeps tokens, not texts, so it is rebuilt)."""
+    if len(store.events) or len(store.entities) or sum(store.graph.counts().values()):
+        raise ValueError("load_store needs an empty store")
+    t, dim = saved.tensors, saved.state["counts"]["dim"]
+    if dim != store.dim:
+        raise ValueError(f"{saved.path}: saved with {dim}-dim embeddings, the embedder gives {store.dim}")
+    with store.lock:
+        rows = saved.events
+        if rows:
+            store.append_events(rows, t["events.embeddings"],
+                                store.keyword_index.tokenize([keyword_text(r) for r in rows]))
+            # append_events derived these columns from the rows; the saved ones are authoritative.
+            for col in ("timestamps", "date_spans", "prev", "next"):
+                getattr(store.events, col).data.copy_(t[f"events.{col}"])
+        e = saved.entities
+        if e["names"]:
+            store.entities.append(e["names"], e["kinds"], e["surfaces"], t["entities.embeddings"])
+        store.graph = MultiGraph.from_state({k[len("graph."):]: v for k, v in t.items() if k.startswith("graph.")},
+                                            store.device)

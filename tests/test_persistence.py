@@ -1,0 +1,248 @@
+"""save/load: an exact round trip (store, indexes, queue, consolidator), verified and atomic."""
+import math
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from magma_torch import MagmaMemory
+from magma_torch.config import load_group
+from magma_torch.eval.datasets import load_demo
+from magma_torch.ingest.embedder import Embedder
+from magma_torch.store import persistence
+from magma_torch.store.persistence import CorruptSaveError
+from magma_torch.store.store import MemoryStore
+
+@pytest.fixture(scope="module")
+def embedder():
+    return Embedder()
+
+
+def records():
+    """All demo conversations in one memory (source ids made unique across them)."""
+    return [{"text": t.text, "timestamp": t.timestamp, "speaker": t.speaker, "session_id": t.session_id,
+             "source_id": f"{s.sample_id}/{t.source_id}", "stream": s.sample_id}
+            for s in load_demo() for t in s.turns]
+
+
+def new_memory(embedder, background: bool = False) -> MagmaMemory:
+    cfg = load_group("memory", "magma")
+    cfg.slow_path.background = background  # False: nothing is consolidated until consolidate()
+    return MagmaMemory(cfg, embedder=embedder)
+
+
+def half_consolidated(embedder) -> MagmaMemory:
+    """The demo memory with its first half consolidated and the second half queued."""
+    mem = new_memory(embedder)
+    recs = records()
+    mem.add_many(recs[: len(recs) // 2])
+    mem.consolidate()
+    mem.add_many(recs[len(recs) // 2:])
+    assert 0 < mem.stats()["queue"] < len(recs)
+    return mem
+
+
+@pytest.fixture
+def half(embedder):
+    mem = half_consolidated(embedder)
+    yield mem
+    mem.close()
+
+
+@pytest.fixture(scope="module")
+def saved(embedder, tmp_path_factory):
+    """A save of ``half_consolidated`` that tests copy before damaging it."""
+    path = tmp_path_factory.mktemp("saved") / "mem"
+    with half_consolidated(embedder) as mem:
+        mem.save(path)
+    return path
+
+
+def tensors(mem: MagmaMemory) -> dict[str, torch.Tensor]:
+    ev, en = mem.store.events, mem.store.entities
+    out = {f"graph.{k}": v for k, v in mem.store.graph.state().items()}
+    out.update({"embeddings": ev.embeddings.data, "timestamps": ev.timestamps.data, "date_spans": ev.date_spans.data,
+                "prev": ev.prev.data, "next": ev.next.data, "entity_embeddings": en.embeddings.data})
+    return out
+
+
+def assert_same_store(a: MagmaMemory, b: MagmaMemory) -> None:
+    assert a.stats() == b.stats()
+    ta, tb = tensors(a), tensors(b)
+    assert ta.keys() == tb.keys()
+    for k in ta:
+        assert ta[k].dtype == tb[k].dtype and torch.equal(ta[k].nan_to_num(-1.0), tb[k].nan_to_num(-1.0)), k
+    ea, eb = a.store.events, b.store.events
+    assert ea.rows == eb.rows and ea.by_source == eb.by_source and ea.last_of_stream == eb.last_of_stream
+    na, nb = a.store.entities, b.store.entities
+    assert (na.names, na.kinds, na.surfaces, na.by_name) == (nb.names, nb.kinds, nb.surfaces, nb.by_name)
+    assert a.store.keyword_index._docs == b.store.keyword_index._docs
+    assert len(a.store.vector_index) == len(b.store.vector_index) == len(ea)
+    assert list(a.worker.queue) == list(b.worker.queue) and a.worker.status == b.worker.status
+    assert a.consolidator.state_dict() == b.consolidator.state_dict()
+
+
+def assert_same_retrieval(a: MagmaMemory, b: MagmaMemory) -> None:
+    qs = [q for s in load_demo() for q in s.questions][::7]  # every category, WHY/WHEN/ENTITY intents
+    texts, times = [q.question for q in qs], [q.query_time for q in qs]
+    results = list(zip(a.retrieve_batch(texts, times), b.retrieve_batch(texts, times)))
+    assert {ra.intent for ra, _ in results} == {"WHY", "WHEN", "ENTITY"}
+    for ra, rb in results:
+        assert ra.intent == rb.intent and ra.time_window == rb.time_window
+        assert [(n.id, n.score, n.source_ids) for n in ra.nodes] == [(n.id, n.score, n.source_ids) for n in rb.nodes]
+        assert ra.paths == rb.paths and ra.anchors == rb.anchors
+        assert (ra.context, ra.context_tokens, ra.context_ids) == (rb.context, rb.context_tokens, rb.context_ids)
+        assert ra.nodes
+
+
+def test_round_trip_is_exact(half, embedder, tmp_path):
+    half.save(tmp_path / "mem")
+    assert sorted(p.name for p in (tmp_path / "mem").iterdir()) == sorted((*persistence.FILES, persistence.MANIFEST))
+    loaded = MagmaMemory.load(tmp_path / "mem", embedder=embedder)
+    try:
+        assert loaded.namespace == half.namespace and loaded.config == half.config
+        assert loaded.consolidation_config == half.consolidation_config
+        assert_same_store(half, loaded)
+        assert_same_retrieval(half, loaded)
+    finally:
+        loaded.close()
+
+
+def test_pending_queue_resumes_after_load(half, embedder, tmp_path):
+    half.save(tmp_path / "mem")
+    loaded = MagmaMemory.load(tmp_path / "mem", embedder=embedder)
+    try:
+        assert loaded.stats()["queue"] == half.stats()["queue"] > 0
+        before = loaded.stats()
+        half.consolidate()
+        loaded.consolidate()
+        after = loaded.stats()
+        assert after["queue"] == 0 and after["entities"] > before["entities"]
+        assert after["edges"]["entity"] > before["edges"]["entity"]
+        assert_same_store(half, loaded)
+        assert_same_retrieval(half, loaded)
+    finally:
+        loaded.close()
+
+
+def test_save_while_the_background_worker_runs(embedder, tmp_path):
+    """A save waits for the batch in flight and stops the next one starting, so its queue,
+    consolidator state and graph agree: load + consolidate ends where the original does."""
+    with new_memory(embedder, background=True) as mem:
+        mem.add_many(records())
+        deadline = time.monotonic() + 60
+        while mem.worker.status[0][0] == "pending" and time.monotonic() < deadline:
+            time.sleep(0.001)  # let the first batch land, so the save comes mid-queue
+        mem.save(tmp_path / "mem")
+        saved = persistence.read_save(tmp_path / "mem").state["worker"]
+        assert saved["queue"] and "consolidated" in {s for s, _ in saved["status"]}
+        with MagmaMemory.load(tmp_path / "mem", embedder=embedder) as loaded:
+            mem.consolidate()
+            loaded.consolidate()
+            assert_same_store(mem, loaded)
+
+
+def test_odd_text_metadata_and_empty_memory(embedder, tmp_path):
+    mem = new_memory(embedder)
+    mem.save(tmp_path / "empty")
+    empty = MagmaMemory.load(tmp_path / "empty", embedder=embedder)
+    assert_same_store(mem, empty)
+    # U+2028 and U+0085 are line breaks to str.splitlines() but not to JSON.
+    mem.add("line\u2028separator and next\x85line, Café ☕", "2024-01-02 10:00", speaker="Zoë",
+            source_id="x:1", metadata={"tags": ["a", "b"], "n": 1.5})
+    mem.add("We met again on Friday.", "2024-01-03 11:00", speaker="Ann", source_id="x:2")
+    mem.save(tmp_path / "small")
+    small = MagmaMemory.load(tmp_path / "small", embedder=embedder)
+    try:
+        assert_same_store(mem, small)
+        assert small.store.events.rows[0].metadata == {"tags": ["a", "b"], "n": 1.5}
+        assert math.isnan(small.store.events.date_spans.data[0, 0])
+    finally:
+        for m in (mem, empty, small):
+            m.close()
+
+
+def test_unserialisable_metadata_is_named(embedder, tmp_path):
+    mem = new_memory(embedder)
+    mem.add("hello there", "2024-01-02 10:00", source_id="x:1", metadata={"obj": object()})
+    with pytest.raises(TypeError, match=r"event 0 \(source_id='x:1'\): metadata"):
+        mem.save(tmp_path / "mem")
+    assert not list(tmp_path.iterdir())
+    mem.close()
+
+
+@pytest.mark.parametrize("name", [*persistence.FILES, persistence.MANIFEST])
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_file_is_named(saved, embedder, tmp_path, name, damage):
+    path = shutil.copytree(saved, tmp_path / "mem")
+    file = path / name
+    data = bytearray(file.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        del data[len(data) * 2 // 3:]
+    file.write_bytes(bytes(data))
+    with pytest.raises(CorruptSaveError, match=re.escape(f"{file}: ")):
+        MagmaMemory.load(path, embedder=embedder)
+
+
+def test_missing_file_is_named(saved, embedder, tmp_path):
+    path = shutil.copytree(saved, tmp_path / "mem")
+    (path / persistence.EVENTS).unlink()
+    with pytest.raises(CorruptSaveError, match=re.escape(f"{path / persistence.EVENTS}: missing")):
+        MagmaMemory.load(path, embedder=embedder)
+
+
+def test_wrong_embedding_dim_is_refused(saved, embedder):
+    with pytest.raises(ValueError, match=f"{embedder.dim}-dim embeddings, the embedder gives {embedder.dim + 1}"):
+        persistence.load_store(persistence.read_save(saved), MemoryStore(embedder.dim + 1), lambda r: r.text)
+
+
+@pytest.mark.parametrize("stage", ["write", "rename"])
+def test_failed_save_keeps_previous_one(half, embedder, tmp_path, monkeypatch, stage):
+    path = tmp_path / "mem"
+    half.save(path)
+    before = half.stats()
+    half.consolidate()
+    assert half.stats() != before
+    if stage == "write":  # fail in the middle of writing the new folder's files
+        write = persistence._write_file
+
+        def failing_write(file, data):
+            if file.name == persistence.ENTITIES:
+                raise OSError("simulated failure")
+            write(file, data)
+
+        monkeypatch.setattr(persistence, "_write_file", failing_write)
+    else:  # fail moving the new folder in, after the old one was moved aside
+        rename = os.rename
+
+        def failing_rename(src, dst):
+            if Path(src).name.startswith(".mem.tmp-"):
+                raise OSError("simulated failure")
+            rename(src, dst)
+
+        monkeypatch.setattr(os, "rename", failing_rename)
+    with pytest.raises(OSError, match="simulated failure"):
+        half.save(path)
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["mem"]  # no temporary or moved-aside folders left
+    old = MagmaMemory.load(path, embedder=embedder)
+    assert old.stats() == before
+    old.close()
+    half.save(path)  # and a save that succeeds does replace it
+    new = MagmaMemory.load(path, embedder=embedder)
+    assert_same_store(half, new)
+    new.close()
+
+
+def test_refuses_to_replace_a_foreign_folder(embedder, tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with new_memory(embedder) as mem, pytest.raises(FileExistsError, match="not a save folder"):
+        mem.save(tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"

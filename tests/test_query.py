@@ -1,0 +1,100 @@
+"""Anchors (RRF, time and context signals) and linearisation."""
+import math
+from datetime import datetime, timezone
+
+import pytest
+import torch
+
+from magma_torch.query.anchors import (ContextConfig, chain_neighbours, context_candidates, context_scores, rrf_fuse,
+                                       time_ranking, top_ids)
+from magma_torch.query.linearize import linearize
+from magma_torch.store.tables import EventRow
+from magma_torch.text import count_tokens
+
+
+def test_rrf_matches_formula_and_breaks_ties_by_id():
+    a = torch.tensor([[3, 1, 2], [0, -1, -1]])
+    b = torch.tensor([[1, 4, -1], [2, 0, -1]])
+    out = rrf_fuse([a, b], [1.0, 2.0], k=60, top=4, num_nodes=5)
+    expect = {3: 1 / 61, 1: 1 / 62 + 2 / 61, 2: 1 / 63, 4: 2 / 62}
+    ranked = sorted(expect, key=lambda v: (-expect[v], v))
+    assert out.ids[0].tolist() == ranked
+    assert out.scores[0].tolist() == pytest.approx([expect[v] for v in ranked])
+    assert out.ranks[0, ranked.index(1)].tolist() == [2, 1]
+    # second query: node 0 ranked by both lists, node 2 only by b (2/61 > 1/61 + 2/62? no)
+    s0, s2 = 1 / 61 + 2 / 62, 2 / 61
+    assert out.ids[1, :2].tolist() == ([0, 2] if s0 > s2 else [2, 0])
+    assert out.ids[1, 2:].tolist() == [-1, -1]
+
+
+def test_time_ranking_keeps_only_events_in_the_window():
+    day = 86400.0
+    ts = torch.tensor([0.0, 10 * day, 20 * day, 30 * day], dtype=torch.float64)
+    spans = torch.full((4, 2), math.nan, dtype=torch.float64)
+    spans[3] = torch.tensor([9 * day, 11 * day])          # event 3 mentions a date inside the window
+    emb = torch.eye(4)
+    q = torch.tensor([[0.1, 0.2, 0.9, 0.3], [1.0, 0.0, 0.0, 0.0]])
+    out = time_ranking([(9 * day, 12 * day), None], ts, spans, emb, q, top=3)
+    assert out[0].tolist() == [3, 1, -1]                   # both in window, most similar first
+    assert out[1].tolist() == [-1, -1, -1]                 # no window, no time ranking
+
+
+def test_context_view_is_the_normalised_window_sum():
+    prev = torch.tensor([-1, 0, 1, 2, -1])
+    nxt = torch.tensor([1, 2, 3, -1, -1])
+    emb = torch.nn.functional.normalize(torch.randn(5, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+    q = torch.nn.functional.normalize(torch.randn(1, 8), dim=1)
+    ctx = ContextConfig(hops=1, weight=0.5, decay=1.0)
+    cand = torch.tensor([[2, 4, -1]])
+    got = context_scores(cand, prev, nxt, 5, ctx, dense=(emb, q))
+    want2 = torch.nn.functional.normalize(emb[2] + 0.5 * (emb[1] + emb[3]), dim=0) @ q[0]
+    want4 = emb[4] @ q[0]                                   # a stream of one event: itself only
+    assert got[0, 0] == pytest.approx(float(want2), abs=1e-6)
+    assert got[0, 1] == pytest.approx(float(want4), abs=1e-6)
+    assert got[0, 2] == -math.inf
+    kw = torch.tensor([[0.0, 1.0, 0.0, 2.0, 0.0]])
+    ks = context_scores(cand, prev, nxt, 5, ctx, keyword=kw)
+    assert ks[0, 0] == pytest.approx(0.5 * (1.0 + 2.0)) and ks[0, 1] == -math.inf   # no term in 4's window
+
+
+def test_chain_neighbours_stop_at_snapshot_end_and_candidates_are_unique():
+    prev = torch.tensor([-1, 0, 1, 2])
+    nxt = torch.tensor([1, 2, 3, -1])
+    hops = chain_neighbours(torch.tensor([[2]]), prev, nxt, n=3, ctx=ContextConfig(hops=2))
+    assert [int(t) for t, _ in hops] == [1, 0, -1, -1]     # 3 is past the snapshot (n=3)
+    cand = context_candidates([torch.tensor([[1, 2]]), torch.tensor([[2, 1]])], prev, nxt, 3, ContextConfig(hops=1))
+    real = [c for c in cand[0].tolist() if c >= 0]
+    assert sorted(real) == [0, 1, 2] and len(real) == 3
+    assert top_ids(torch.tensor([[5, 7, -1]]), torch.tensor([[1.0, 1.0, -math.inf]]), 3).tolist() == [[5, 7, -1]]
+
+
+def _rows():
+    base = datetime(2023, 5, 8, tzinfo=timezone.utc).timestamp()
+    texts = ["I lost my job.", "So I started baking bread.", "Now I sell bread at the market.", "Unrelated chat."]
+    rows = [EventRow(t, base + 3600 * i, "s", speaker="Ann", source_id=f"D1:{i + 1}") for i, t in enumerate(texts)]
+    rows[1].dates.append({"expression": "yesterday", "start": "2023-05-07", "end": "2023-05-07",
+                          "granularity": "day", "label": "2023-05-07"})
+    return rows
+
+
+def test_linearize_orders_by_intent_and_shows_dates():
+    rows = _rows()
+    ranked = [2, 0, 1, 3]
+    causal = [(0, 1), (1, 2)]
+    when, _, _ = linearize(ranked, "WHEN", rows, causal, None)
+    assert [line.split(") ")[0][-4:] for line in when.splitlines()] == ["D1:1", "D1:2", "D1:3", "D1:4"]
+    assert "yesterday = 2023-05-07" in when and "[2023-05-08 01:00]" in when
+    why, _, _ = linearize([2, 1, 0], "WHY", rows, [(1, 0), (2, 1)], None)    # causes first even if later in time
+    assert [line[line.index("(") + 1:line.index(")")] for line in why.splitlines()] == ["D1:3", "D1:2", "D1:1"]
+    other, _, _ = linearize(ranked, "ENTITY", rows, causal, None)
+    assert other.splitlines()[0].startswith("[2023-05-08 02:00] (D1:3)")
+
+
+def test_linearize_budget_collapses_low_salience_runs():
+    rows = _rows()
+    full, _, blocks = linearize([0, 3, 1, 2], "WHEN", rows, [], None)
+    budget = blocks[0].tokens + blocks[1].tokens + 8
+    ctx, kept, _ = linearize([0, 3, 1, 2], "WHEN", rows, [], budget)
+    assert count_tokens(ctx) <= budget
+    assert [b.event for b in kept] == [0, 3]
+    assert "…2 intermediate events…" in ctx and "(D1:1)" in ctx and "(D1:4)" in ctx
