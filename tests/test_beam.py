@@ -5,6 +5,7 @@ import torch
 from magma_torch.query.beam import BeamConfig, beam_search, relation_weights
 from magma_torch.query.reference import adjacency_lists, reference_beam_search
 from magma_torch.store.graph import RELATIONS, MultiGraph
+from magma_torch.testing import onlyCUDA
 
 INTENTS = ("WHY", "WHEN", "ENTITY")
 
@@ -83,3 +84,24 @@ def test_budget_drop_and_isolated_anchor():
     graph, pairs, emb = random_graph(6, 20, 2, 30, isolated=20)
     for got, ref in run_both(graph, pairs, emb, 20, 2, cfg, 6, k=2):
         assert set(got) == set(ref) and len(got) <= 2
+
+
+@onlyCUDA
+def test_cuda_search_equals_cpu_search():
+    cfg = BeamConfig(max_depth=4, beam_width=6, max_nodes=50, drop_threshold=-0.5)
+    graph, _, emb = random_graph(11, 400, 20, 2000)
+    g = torch.Generator().manual_seed(12)
+    q = torch.nn.functional.normalize(torch.randn(32, 16, generator=g), dim=1)
+    intents = torch.randint(0, 3, (32,), generator=g)
+    anchors = torch.stack([torch.randperm(400, generator=g)[:5] for _ in range(32)])
+    scores = torch.rand(32, 5, generator=g, dtype=torch.float64)
+    w = torch.rand(3, 4, generator=g) * 4
+    cpu = beam_search(graph.snapshot(400, 20), emb, q, intents, anchors, scores, w, cfg, torch.float64)
+    gpu_graph = MultiGraph("cuda")
+    for rel in RELATIONS:
+        s, d, wt = graph.edges(rel)
+        gpu_graph.add_edges(rel, s.cuda(), d.cuda(), wt.cuda())
+    gpu = beam_search(gpu_graph.snapshot(400, 20), emb.cuda(), q.cuda(), intents.cuda(), anchors.cuda(),
+                      scores.cuda(), w.cuda(), cfg, torch.float64)
+    as_set = lambda r: set(zip(r.query.tolist(), r.node.tolist()))  # noqa: E731
+    assert as_set(cpu) == as_set(gpu)

@@ -7,6 +7,7 @@ from safetensors.torch import load_file
 
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.train_intent import default_data_path, embed, load_encoder, train
+from magma_torch.testing import withDevices
 
 # Hand-written for this test: names and phrasings that the shipped question set does not use.
 HELD_OUT = {
@@ -86,9 +87,7 @@ def test_sidecar_metadata(clf):
     assert clf.meta["training"]["val_accuracy"] >= 0.9
 
 
-@pytest.mark.parametrize(
-    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
-)
+@withDevices
 def test_predict_is_batched_on_input_device(encoder, clf, device):
     x = embed(["Why did Ana move?", "When did Ana move?", "Where did Ana move?", "Who helped Ana move?"], encoder)
     x = x.to(device)

@@ -61,7 +61,12 @@ class KeywordIndex:
     def top_k(scores: np.ndarray, k: int) -> np.ndarray:
         """Ids of the k best positive scores per row, -1 padded."""
         ids = np.full((scores.shape[0], k), -1, dtype=np.int64)
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        if k < scores.shape[1]:  # partial selection first: O(n) instead of a full sort per query
+            part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+            vals = np.take_along_axis(scores, part, axis=1)
+            order = np.take_along_axis(part, np.lexsort((part, -vals), axis=1), axis=1)
+        else:
+            order = np.argsort(-scores, axis=1, kind="stable")
         top = np.take_along_axis(scores, order, axis=1)
         ids[:, : order.shape[1]] = np.where(top > 0, order, -1)
         return ids

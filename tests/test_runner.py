@@ -1,0 +1,60 @@
+"""magma-run end to end on the demo dataset: the run-folder contract of DESIGN.md 3.2."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+RUN = [sys.executable, "-m", "magma_torch.eval.runner"]
+OVERALL_KEYS = {"recall_all@5", "recall_all@10", "recall_any@10", "recall_all@1000tok", "recall_all@2000tok",
+                "context_tokens_mean", "retrieval_ms_p50", "retrieval_ms_p95", "f1", "bleu1", "judge"}
+ROW_KEYS = {"sample_id", "question_id", "category", "question", "gold", "evidence", "retrieved_sources",
+            "context_sources", "context_tokens", "intent", "retrieval_ms"}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    proc = subprocess.run(RUN + ["dataset=demo", "memory=magma", f"out_dir={out}", "progress=false"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| overall |" in proc.stdout
+    return out
+
+
+def test_metrics_json_follows_the_contract(run_dir):
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["dataset"] == "demo" and m["memory"] == "magma" and m["n_questions"] == 70
+    assert OVERALL_KEYS <= set(m["overall"])
+    assert set(m["by_category"]) == {"single-hop", "multi-hop", "temporal", "open-domain", "adversarial"}
+    assert m["overall"]["f1"] is None and m["overall"]["judge"] is None
+    assert 0.0 <= m["overall"]["recall_all@10"] <= m["overall"]["recall_any@10"] <= 1.0
+    assert m["overall"]["recall_all@1000tok"] <= m["overall"]["recall_all@2000tok"]
+    assert m["by_category"]["adversarial"]["recall_all@10"] is None      # no recall on adversarial
+    b = m["build"]
+    assert b["events"] == 205 and b["entities"] > 0
+    assert set(b["edges"]) == {"temporal", "semantic", "causal", "entity"}
+    assert b["edges"]["temporal"] == 205 - 3 and b["edges"]["entity"] > 0
+
+
+def test_predictions_have_one_row_per_question(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 70
+    for r in rows:
+        assert ROW_KEYS <= set(r)
+        assert r["intent"] in {"WHY", "WHEN", "ENTITY"}
+        assert set(r["context_sources"]) <= set(r["retrieved_sources"])
+        assert len(r["retrieved_sources"]) == len(set(r["retrieved_sources"]))
+    assert (run_dir / "config.yaml").is_file()
+    png = (run_dir / "recall_by_category.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_bad_dataset_path_is_one_line_and_nonzero(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(RUN + ["dataset=locomo", f"dataset.path={tmp_path}/missing.json", f"out_dir={out}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("magma-run: error:")
+    assert "missing.json" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (out / "metrics.json").exists()
