@@ -47,8 +47,7 @@ class MagmaMemory:
         self.namespace = namespace
         cfg = self.config
         self.device = resolve_device(device or cfg.device)
-        self.embedder = embedder or Embedder(cfg.embedder.model, self.device, cfg.embedder.batch_size,
-                                             cfg.embedder.max_seq_length)
+        self.embedder = embedder or Embedder(device=self.device, **cfg.embedder)
         self.store = MemoryStore(self.embedder.dim, self.device, cfg.vector_backend, cfg.bm25.k1, cfg.bm25.b)
         self.fast_cfg = fast_path.FastPathConfig(**cfg.fast_path)
         self.consolidator = self._make_consolidator()

@@ -74,8 +74,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     mem_cfg = cfg.memory
-    embedder = Embedder(mem_cfg.embedder.model, resolve_device(mem_cfg.device), mem_cfg.embedder.batch_size,
-                        mem_cfg.embedder.max_seq_length)
+    embedder = Embedder(device=resolve_device(mem_cfg.device), **mem_cfg.embedder)
     rows, build = [], defaultdict(float)
     edges = defaultdict(int)
     pred_path = out_dir / "predictions.jsonl"
