@@ -35,7 +35,7 @@ def records(sample: Sample) -> list[dict]:
 
 def question_row(sample: Sample, q, r, task) -> dict:
     """One predictions.jsonl line; evidence is used here, after retrieval, only to score it."""
-    retrieved = [s for n in r.nodes for s in n.source_ids]
+    retrieved = r.source_ids
     row = {"sample_id": sample.sample_id, "question_id": q.question_id, "category": q.category,
            "question": q.question, "gold": q.gold, "evidence": list(q.evidence),
            "retrieved_sources": retrieved,

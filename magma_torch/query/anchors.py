@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magma_torch.query.beam import _order, _rank_in_group
+from magma_torch.query.segment import lexsort, rank_in_group
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: in
     ranks = torch.zeros((keys.numel(), n_sig), dtype=torch.long, device=device)
     ranks[inv, sig] = rank
     kq, kn = keys // num_nodes, keys % num_nodes
-    perm = _order((kq, False), (fused, True), (kn, False))
-    pos = _rank_in_group(kq[perm])
+    perm = lexsort((kq, False), (fused, True), (kn, False))
+    pos = rank_in_group(kq[perm])
     keep = pos < top
     perm, pos = perm[keep], pos[keep]
     out_ids[kq[perm], pos] = kn[perm]

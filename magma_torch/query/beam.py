@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from magma_torch.query.segment import first_in_group, lexsort, rank_in_group
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 
@@ -36,28 +37,6 @@ class BeamResult:
     relation: torch.Tensor
     via: torch.Tensor             # entity node an entity hop went through, else -1
     depth: torch.Tensor
-
-
-def _first_in_group(sorted_keys: torch.Tensor) -> torch.Tensor:
-    first = torch.ones_like(sorted_keys, dtype=torch.bool)
-    first[1:] = sorted_keys[1:] != sorted_keys[:-1]
-    return first
-
-
-def _rank_in_group(sorted_groups: torch.Tensor) -> torch.Tensor:
-    idx = torch.arange(sorted_groups.numel(), device=sorted_groups.device)
-    start = torch.where(_first_in_group(sorted_groups), idx, torch.zeros_like(idx))
-    return idx - torch.cummax(start, 0).values
-
-
-def _order(*keys_desc_flags: tuple[torch.Tensor, bool]) -> torch.Tensor:
-    """Lexicographic order: first key is the most significant (stable sorts, last to first)."""
-    perm = None
-    for key, descending in reversed(keys_desc_flags):
-        k = key if perm is None else key[perm]
-        step = torch.sort(k, descending=descending, stable=True).indices
-        perm = step if perm is None else perm[step]
-    return perm
 
 
 def pair_cosine(embeddings: torch.Tensor, queries: torch.Tensor, q_idx: torch.Tensor, nodes: torch.Tensor,
@@ -87,9 +66,9 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
     a_n = anchors[valid]
     a_s = anchor_scores[valid].to(dtype)
     # Anchors count against the node budget in their score order.
-    perm = _order((a_q, False), (a_s, True), (a_n, False))
+    perm = lexsort((a_q, False), (a_s, True), (a_n, False))
     a_q, a_n, a_s = a_q[perm], a_n[perm], a_s[perm]
-    keep = _rank_in_group(a_q) < cfg.max_nodes
+    keep = rank_in_group(a_q) < cfg.max_nodes
     a_q, a_n, a_s = a_q[keep], a_n[keep], a_s[keep]
     minus = torch.full_like(a_n, -1)
     parts = [(a_q, a_n, a_s, minus, minus, minus, torch.zeros_like(a_n))]
@@ -127,13 +106,13 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
             break
         score = cfg.gamma * c_ps + torch.exp(lam_w[intents[c_q], rel] + cfg.lambda2 * cos)
         # Best incoming transition per (query, node); ties go to the lowest parent, then relation.
-        perm = _order((keys, False), (score, True), (c_p, False), (rel, False))
-        best = perm[_first_in_group(keys[perm])]
+        perm = lexsort((keys, False), (score, True), (c_p, False), (rel, False))
+        best = perm[first_in_group(keys[perm])]
         c_q, c_p, nbr, rel, via, score = (t[best] for t in (c_q, c_p, nbr, rel, via, score))
         # Per-query top beam_width (bounded by the remaining budget); ties to the lower node id.
-        perm = _order((c_q, False), (score, True), (nbr, False))
+        perm = lexsort((c_q, False), (score, True), (nbr, False))
         c_q, c_p, nbr, rel, via, score = (t[perm] for t in (c_q, c_p, nbr, rel, via, score))
-        take = _rank_in_group(c_q) < torch.clamp(room[c_q], max=cfg.beam_width)
+        take = rank_in_group(c_q) < torch.clamp(room[c_q], max=cfg.beam_width)
         c_q, c_p, nbr, rel, via, score = (t[take] for t in (c_q, c_p, nbr, rel, via, score))
         parts.append((c_q, nbr, score, c_p, rel, via, torch.full_like(nbr, depth)))
         visited = torch.sort(torch.cat([visited, c_q * n + nbr])).values
