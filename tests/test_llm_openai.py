@@ -1,0 +1,205 @@
+"""OpenAI-compatible backend against a scripted local HTTP server: faults are retried, then
+recorded per item; a missing key or an unreachable server fails fast."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from pydantic import BaseModel
+
+from magma_torch.llm.base import LLMUnavailable
+from magma_torch.llm.openai_backend import OpenAIBackend
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}, "n": {"type": "integer"}},
+          "required": ["answer", "n"], "additionalProperties": False}
+
+
+class Answer(BaseModel):
+    answer: str
+    n: int
+
+
+class FakeServer:
+    """Scripted /v1 server. ``script`` is a list of actions consumed one per POST (then ``default``):
+    an int status ("500"), "garbage" (non-JSON body), "sleep" (longer than the client timeout),
+    or a string that becomes the message content of a 200 answer."""
+
+    def __init__(self, script=(), default='{"answer": "ok", "n": 1}', delay=0.0):
+        self.script = list(script)
+        self.default = default
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.inflight = self.max_inflight = self.posts = 0
+        self.bodies: list[dict] = []
+        self.auth: list[str | None] = []
+        srv = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, body: bytes, ctype="application/json"):
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self._send(200, json.dumps({"data": [{"id": "fake"}]}).encode())
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with srv.lock:
+                    srv.posts += 1
+                    srv.inflight += 1
+                    srv.max_inflight = max(srv.max_inflight, srv.inflight)
+                    srv.bodies.append(body)
+                    srv.auth.append(self.headers.get("Authorization"))
+                    action = srv.script.pop(0) if srv.script else srv.default
+                try:
+                    if srv.delay:
+                        time.sleep(srv.delay)
+                    if isinstance(action, int):
+                        self._send(action, b'{"error": "boom"}')
+                    elif action == "garbage":
+                        self._send(200, b"<html>not json", "text/html")
+                    elif action == "sleep":
+                        time.sleep(1.0)
+                        self._send(200, b"{}")
+                    else:
+                        n = len(body["messages"][-1]["content"])
+                        out = {"choices": [{"message": {"role": "assistant", "content": action},
+                                            "finish_reason": "stop"}],
+                               "usage": {"prompt_tokens": n, "completion_tokens": 3, "total_tokens": n + 3}}
+                        self._send(200, json.dumps(out).encode())
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                finally:
+                    with srv.lock:
+                        srv.inflight -= 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    servers = []
+
+    def make(**kw):
+        s = FakeServer(**kw)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.stop()
+
+
+def backend(url, **kw):
+    kw = {"require_key": False, "max_retries": 2, "backoff_s": 0.01, "timeout_s": 5.0, "model": "fake", **kw}
+    return OpenAIBackend(base_url=url, **kw)
+
+
+def test_500_then_garbage_then_valid_is_retried(server):
+    s = server(script=[500, "garbage"])
+    llm = backend(s.url)
+    [g] = llm.generate(["hello"], schema=SCHEMA)
+    assert g.error is None and g.parsed == {"answer": "ok", "n": 1}
+    assert s.posts == 3
+    rf = s.bodies[0]["response_format"]
+    assert rf["type"] == "json_schema" and rf["json_schema"]["schema"] == SCHEMA and rf["json_schema"]["strict"]
+    llm.close()
+
+
+def test_timeout_is_retried_then_recorded(server):
+    s = server(default="sleep")
+    llm = backend(s.url, timeout_s=0.3, max_retries=1)
+    t0 = time.perf_counter()
+    [g] = llm.generate(["slow"])
+    assert g.text == "" and g.error and "timeout" in g.error
+    assert s.posts == 2 and time.perf_counter() - t0 < 3
+    assert llm.usage.failures == 1
+
+
+def test_malformed_json_and_schema_violation_fail_with_reason(server):
+    s = server(script=['{"answer": "x"'] * 3 + ['{"answer": "x"}'] * 3)
+    llm = backend(s.url)
+    gens = llm.generate(["a"], schema=SCHEMA) + llm.generate(["b"], schema=Answer)
+    assert s.posts == 6   # 3 attempts each
+    assert "malformed JSON" in gens[0].error and gens[0].parsed is None
+    assert "schema violation" in gens[1].error
+    assert llm.usage.failures == 2 and llm.usage.calls == 2
+
+
+def test_retry_recovers_from_schema_violation_and_pydantic_parse(server):
+    s = server(script=['{"answer": 5, "n": 1}'], default='{"answer": "yes", "n": 2}')
+    llm = backend(s.url)
+    [g] = llm.generate([[{"role": "system", "content": "be brief"}, {"role": "user", "content": "q"}]],
+                       schema=Answer)
+    assert g.error is None and isinstance(g.parsed, Answer) and g.parsed.n == 2
+    assert s.bodies[0]["messages"][0]["role"] == "system"
+
+
+def test_client_error_is_not_retried(server):
+    s = server(script=[400])
+    [g] = backend(s.url).generate(["x"])
+    assert s.posts == 1 and g.error.startswith("HTTP 400")
+
+
+def test_missing_key_fails_fast_naming_the_env_var(monkeypatch):
+    monkeypatch.delenv("MAGMA_TEST_NO_SUCH_KEY", raising=False)
+    with pytest.raises(LLMUnavailable, match="MAGMA_TEST_NO_SUCH_KEY"):
+        OpenAIBackend(api_key_env="MAGMA_TEST_NO_SUCH_KEY", require_key=True)
+
+
+def test_key_comes_from_the_environment(server, monkeypatch):
+    monkeypatch.setenv("MAGMA_TEST_KEY", "sk-test")
+    s = server()
+    backend(s.url, api_key_env="MAGMA_TEST_KEY", require_key=True).generate(["x"])
+    assert s.auth == ["Bearer sk-test"]
+
+
+def test_unreachable_server_fails_fast_naming_the_url():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    t0 = time.perf_counter()
+    with pytest.raises(LLMUnavailable, match=r"openai backend: cannot reach http://127\.0\.0\.1:\d+/v1"):
+        backend(url)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_server_dying_mid_run_gives_failed_items(server):
+    s = server()
+    llm = backend(s.url, concurrency=2)
+    assert llm.generate(["x"])[0].error is None
+    s.stop()
+    gens = llm.generate(["a", "b", "c", "d"])
+    assert len(gens) == 4 and all(g.error and g.text == "" for g in gens)
+    assert any("connection error" in g.error for g in gens)
+
+
+def test_concurrency_limit_and_token_counts(server):
+    s = server(delay=0.1)
+    llm = backend(s.url, concurrency=3)
+    prompts = [f"prompt number {i}" for i in range(10)]
+    gens = llm.generate(prompts, schema=SCHEMA)
+    assert all(g.error is None for g in gens)
+    assert s.max_inflight == 3
+    assert [g.prompt_tokens for g in gens] == [len(p) for p in prompts]
+    assert llm.usage.as_dict() == {"calls": 10, "prompt_tokens": sum(map(len, prompts)),
+                                   "completion_tokens": 30, "failures": 0}
