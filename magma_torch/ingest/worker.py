@@ -1,14 +1,17 @@
 """The slow path: a background worker that consolidates queued events in batches.
 
-For each batch it reads every event's preceding neighbourhood, asks the consolidator
-(heuristic today, an LLM later) for entity mentions and causal links, validates them
-and writes them. Every queued event ends ``consolidated`` or ``failed`` with a reason.
+For each batch it reads every event's neighbourhood (the preceding events of its stream,
+or, for a consolidator that sets ``needs_graph``, its ``hops``-hop graph neighbourhood),
+asks the consolidator (heuristic or LLM) for entity mentions and causal links, validates
+them and writes them. Every queued event ends ``consolidated`` or ``failed`` with a
+reason; a proposal with an ``error`` fails just its own event.
 """
 from __future__ import annotations
 
 import logging
 import numbers
 import operator
+import re
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -23,6 +26,7 @@ from magma_torch.ingest.heuristic import CausalLink, EntityMention, EventView, P
 from magma_torch.store.store import MemoryStore
 
 log = logging.getLogger(__name__)
+_WORD = re.compile(r"\w+(?:['-]\w+)*")
 
 
 class Consolidator(Protocol):
@@ -156,8 +160,17 @@ class SlowPathWorker:
             return
         with self.store.lock:
             views = [self._view(i) for i in batch]
-            context = {i: [self._view(j) for j in self.store.events.preceding(i, self.window)] for i in batch}
+            if getattr(self.consolidator, "needs_graph", False):
+                context = self._neighbourhoods(batch, int(getattr(self.consolidator, "hops", 2)),
+                                               int(getattr(self.consolidator, "max_neighbours", 12)))
+            else:
+                context = {i: [self._view(j) for j in self.store.events.preceding(i, self.window)] for i in batch}
         proposals = self.consolidator.propose(views, context)
+        # A proposal may report its own event failed (``error``) or carry notes on what the
+        # consolidator rejected (``notes``); a failed event gets nothing written.
+        failed = {p.event_id: str(p.error) for p in proposals if getattr(p, "error", None)}
+        notes = {p.event_id: list(getattr(p, "notes", ()) or ()) for p in proposals}
+        proposals = [p for p in proposals if p.event_id not in failed]
         mentions = [(p.event_id, m) for p in proposals for m in p.entities[: self.max_entities_per_event]]
         backfill = getattr(self.consolidator, "backfill", None)
         mentions += backfill() if backfill is not None else []
@@ -168,7 +181,7 @@ class SlowPathWorker:
         new_names = self._new_entity_names(mentions)
         name_emb = self.embedder.encode([surface for _, _, surface in new_names])
         with self.store.lock:
-            self._write(batch, mentions, causal, new_names, name_emb)
+            self._write(batch, mentions, causal, new_names, name_emb, failed, notes)
 
     def _new_entity_names(self, mentions) -> list[tuple[str, str, str]]:
         seen, out = set(), []
@@ -178,10 +191,67 @@ class SlowPathWorker:
                 out.append((m.name, m.kind, m.surface))
         return out
 
-    def _write(self, batch, mentions, causal: list[tuple[int, CausalLink]], new_names, name_emb: torch.Tensor) -> None:
+    def _neighbourhoods(self, batch: list[int], hops: int, cap: int) -> dict[int, list[EventView]]:
+        """Each event's ``hops``-hop neighbourhood among earlier events (caller holds the lock).
+
+        A hop follows a temporal, semantic or causal edge (either direction) or a shared
+        entity. At most ``cap`` events per event: nearer hops first, within a hop the
+        temporal-chain predecessor, then the most similar, then the most recent; only the
+        kept events are expanded further. Returned oldest first. The event's own entity
+        edges do not exist yet, so its first hop also goes through the known entities its
+        speaker or text names (word 1-3-grams).
+        """
+        store = self.store
+        n, m = len(store.events), len(store.entities)
+        g = store.graph.snapshot(n, m)
+        emb = store.events.embeddings.data
+        dev = emb.device
+        out: dict[int, list[EventView]] = {}
+        for i in batch:
+            prev = int(store.events.prev.data[i])
+            kept: list[int] = []
+            seen = {i}
+            frontier = torch.tensor([i], dtype=torch.long, device=dev)
+            seeds = torch.tensor(self._named_entities(i), dtype=torch.long, device=dev)
+            for hop in range(hops):
+                if len(kept) >= cap or frontier.numel() == 0:
+                    break
+                _, nb, _ = g.event_adj.gather(frontier)
+                _, ents, _ = g.event_entity.gather(frontier)
+                if hop == 0:
+                    ents = torch.cat([ents, seeds])
+                if ents.numel():
+                    _, via, _ = g.entity_event.gather(torch.unique(ents))
+                    nb = torch.cat([nb, via])
+                nb = torch.unique(nb[nb < i])
+                fresh = [j for j in nb.tolist() if j not in seen]
+                if not fresh:
+                    break
+                sims = (emb[torch.tensor(fresh, device=dev)].float() @ emb[i].float()).tolist()
+                ranked = sorted(zip(fresh, sims), key=lambda t: (t[0] != prev, -t[1], -t[0]))
+                new = [j for j, _ in ranked[: cap - len(kept)]]
+                seen.update(fresh)
+                kept += new
+                frontier = torch.tensor(new, dtype=torch.long, device=dev)
+            views = [self._view(j) for j in kept]
+            out[i] = sorted(views, key=lambda v: (v.timestamp, v.id))
+        return out
+
+    def _named_entities(self, i: int) -> list[int]:
+        """Ids of existing entity nodes whose name is the speaker of event i or a word 1-3-gram of its text."""
+        r = self.store.events.rows[i]
+        words = _WORD.findall(r.text.replace("’", "'").lower())
+        grams = {" ".join(words[a:a + k]) for k in (1, 2, 3) for a in range(len(words) - k + 1)}
+        if r.speaker:
+            grams.add(" ".join(r.speaker.lower().split()))
+        ids = (self.store.entity_id(gr) for gr in grams)
+        return sorted(e for e in ids if e is not None)
+
+    def _write(self, batch, mentions, causal: list[tuple[int, CausalLink]], new_names, name_emb: torch.Tensor,
+               failed: dict[int, str] | None = None, notes: dict[int, list[str]] | None = None) -> None:
         store = self.store
         n = len(store.events)
-        reasons: dict[int, list[str]] = {}
+        reasons: dict[int, list[str]] = {i: list(v) for i, v in (notes or {}).items()}
         if new_names:
             store.entities.append([a for a, _, _ in new_names], [b for _, b, _ in new_names],
                                   [c for _, _, c in new_names], name_emb.to(store.device))
@@ -205,7 +275,10 @@ class SlowPathWorker:
                                   torch.tensor([float(link.confidence)]))
         with self._cv:
             for i in batch:
-                self.status[i] = ("consolidated", "; ".join(reasons.get(i, ())))
+                if failed and i in failed:
+                    self.status[i] = ("failed", failed[i])
+                else:
+                    self.status[i] = ("consolidated", "; ".join(reasons.get(i, ())))
 
     def _causal_problem(self, link: CausalLink, n: int) -> str:
         g = self.store.graph
