@@ -11,10 +11,12 @@ import hydra.utils
 from omegaconf import DictConfig, OmegaConf
 
 from magma_torch.config import load_group
+from magma_torch.eval.prompts import answer_prompt
 from magma_torch.ingest import fast_path
 from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.temporal import parse_timestamp
 from magma_torch.ingest.worker import SlowPathWorker
+from magma_torch.llm.base import LLM
 from magma_torch.query.anchors import ContextConfig
 from magma_torch.query.beam import BeamConfig
 from magma_torch.query.intent import IntentClassifier
@@ -36,12 +38,14 @@ class MagmaMemory:
 
     ``config`` is a memory config (a name under ``conf/memory``, a mapping or a
     DictConfig); ``consolidation`` a consolidation config (``conf/consolidation``:
-    "heuristic" by default, "none" for no slow path).
+    "heuristic" by default, "none" for no slow path, "llm" for LLM consolidation, which
+    uses ``llm`` — or, when that is None, an LLM built from the config's ``llm`` entry).
     """
 
     def __init__(self, config: str | Mapping | DictConfig | None = None,
                  consolidation: str | Mapping | DictConfig | None = None, *, namespace: str = "default",
-                 device: str | None = None, embedder: Embedder | None = None):
+                 device: str | None = None, embedder: Embedder | None = None, llm: LLM | None = None):
+        self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
         self.config = _as_config(config, "memory", "magma")
         self.consolidation_config = _as_config(consolidation, "consolidation", "heuristic")
         self.namespace = namespace
@@ -61,7 +65,21 @@ class MagmaMemory:
 
     def _make_consolidator(self):
         c = self.consolidation_config
-        return None if c is None or c.get("_target_") is None else hydra.utils.instantiate(c)
+        if c is None or c.get("_target_") is None:
+            return None
+        if "llm" not in c.keys():  # (`in c` is False for a missing "???" value)
+            return hydra.utils.instantiate(c)
+        # An LLM consolidator: the LLM passed in, else one built from the config's `llm` entry.
+        if self.llm is None:
+            spec = None if OmegaConf.is_missing(c, "llm") else c.llm
+            if not spec:
+                raise ValueError("this consolidation config needs an LLM: pass MagmaMemory(..., llm=...) "
+                                 "or set consolidation.llm to an llm config")
+            from magma_torch import llm as llm_pkg
+            build = getattr(llm_pkg, "build_llm", None)
+            self.llm = build(spec) if build is not None else hydra.utils.instantiate(spec)
+            self._owns_llm = True
+        return hydra.utils.instantiate(c, llm=self.llm)
 
     def _caps(self) -> dict:
         c = self.consolidation_config
@@ -100,6 +118,18 @@ class MagmaMemory:
         times = [None if t is None else (t if isinstance(t, datetime) else parse_timestamp(t)) for t in times]
         return self.retriever.retrieve_batch(self.store.snapshot(), questions, times, budget_tokens)
 
+    def answer(self, question: str, llm: LLM, query_time=None, max_tokens: int = 128) -> tuple[str, Retrieval]:
+        """Retrieve for ``question`` and let ``llm`` answer from the context with the prompt of
+        the predicted intent. Returns (answer text, retrieval); raises RuntimeError when the
+        generation failed."""
+        r = self.retrieve(question, query_time)
+        t = query_time if query_time is None or isinstance(query_time, datetime) else parse_timestamp(query_time)
+        g = llm.generate([answer_prompt(question, r.context, r.intent, t)], max_tokens=max_tokens,
+                         temperature=0.0)[0]
+        if g.error is not None:
+            raise RuntimeError(f"answer generation failed: {g.error}")
+        return g.text.strip(), r
+
     def stats(self) -> dict:
         s = self.store.stats()
         s["queue"] = self.worker.pending()
@@ -108,6 +138,9 @@ class MagmaMemory:
 
     def close(self) -> None:
         self.worker.close()
+        if self._owns_llm and self.llm is not None:
+            self.llm.close()
+            self._owns_llm = False
 
     def __enter__(self) -> "MagmaMemory":
         return self
@@ -133,12 +166,13 @@ class MagmaMemory:
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, embedder: Embedder | None = None,
-             device: str | None = None) -> "MagmaMemory":
+             device: str | None = None, llm: LLM | None = None) -> "MagmaMemory":
         """Rebuild a memory written by ``save``; its pending events are consolidated by the
         worker as usual. Raises ``CorruptSaveError`` naming a missing or damaged file."""
         saved = persistence.read_save(path)
         s = saved.state
-        mem = cls(s["config"], s["consolidation"], namespace=s["namespace"], device=device, embedder=embedder)
+        mem = cls(s["config"], s["consolidation"], namespace=s["namespace"], device=device, embedder=embedder,
+                  llm=llm)
         try:
             persistence.load_store(saved, mem.store, partial(fast_path.embed_text, cfg=mem.fast_cfg))
             if mem.consolidator is not None:

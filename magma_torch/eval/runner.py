@@ -13,19 +13,29 @@ from collections import defaultdict
 from pathlib import Path
 
 import hydra
+import hydra.utils
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from magma_torch.eval.datasets import DatasetError, Sample, load_dataset
 from magma_torch.eval.metrics import (percentile, recall_all_at_k, recall_all_at_tokens, recall_any_at_k)
+from magma_torch.config import conf_root
 from magma_torch.eval.plots import plot_categories
+from magma_torch.eval.prompts import ANSWER_PROMPT_VERSION, JUDGE_PROMPT_VERSION
+from magma_torch.eval.qa import answer_questions, judge_answers, score_answer
 from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.fast_path import IngestError
+from magma_torch.llm.base import LLMUnavailable
 from magma_torch.memory import MagmaMemory
 
 log = logging.getLogger("magma_torch.run")
 CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial")
 RECALL_EXCLUDED = {"adversarial"}
+QA_METRICS = ("f1", "bleu1", "judge")
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot work (e.g. task=qa without an llm)."""
 
 
 def records(sample: Sample) -> list[dict]:
@@ -40,7 +50,8 @@ def question_row(sample: Sample, q, r, task) -> dict:
            "question": q.question, "gold": q.gold, "evidence": list(q.evidence),
            "retrieved_sources": retrieved,
            "context_sources": [s for n in r.nodes if n.id in set(r.context_ids) for s in n.source_ids],
-           "context_tokens": r.context_tokens, "intent": r.intent, "retrieval_ms": r.retrieval_ms}
+           "context_tokens": r.context_tokens, "intent": r.intent, "retrieval_ms": r.retrieval_ms,
+           "truncated": r.truncated}
     if q.evidence and q.category not in RECALL_EXCLUDED:
         srcs, toks = [n.source_ids for n in r.nodes], [n.tokens for n in r.nodes]
         for k in task.recall_k:
@@ -64,23 +75,114 @@ def summarise(rows: list[dict], task) -> dict:
     out["context_tokens_mean"] = sum(r["context_tokens"] for r in rows) / len(rows) if rows else None
     ms = [r["retrieval_ms"] for r in rows]
     out["retrieval_ms_p50"], out["retrieval_ms_p95"] = percentile(ms, 50), percentile(ms, 95)
-    out["f1"] = out["bleu1"] = out["judge"] = None
+    for k in QA_METRICS:
+        vals = [r[k] for r in rows if r.get(k) is not None]
+        out[k] = sum(vals) / len(vals) if vals else None
     return out
+
+
+def make_llm(cfg: DictConfig | None):
+    """An LLM backend from an ``llm``/``judge`` config (``_target_`` + arguments); None for ``none``."""
+    if cfg is None or cfg.get("_target_") is None:
+        return None
+    from magma_torch import llm as llm_pkg   # a backend factory, when the llm package has one
+    build = getattr(llm_pkg, "build_llm", None)
+    return build(cfg) if build is not None else hydra.utils.instantiate(cfg)
+
+
+def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) -> None:
+    """task=qa: answer every question of one conversation in one batch, score, judge in one batch."""
+    answers = answer_questions(results, qs, reader, max_tokens=task.get("answer_max_tokens", 128),
+                               temperature=task.get("answer_temperature", 0.0))
+    verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], [q.category for q in qs],
+                             answers, max_tokens=task.get("judge_max_tokens", 16)) if judge is not None else None
+    for i, (row, q, a) in enumerate(zip(rows, qs, answers)):
+        row["prediction"] = a.prediction
+        # A failed answer scores 0 (it is counted in answering.failed, never left out).
+        row.update(score_answer(a.prediction, q.gold, q.category))
+        row["judge"] = None if verdicts is None else verdicts[i].verdict
+        row["answer_prompt_tokens"], row["answer_completion_tokens"] = a.prompt_tokens, a.completion_tokens
+        if a.error is not None:
+            row["answer_error"] = a.error
+        if verdicts is not None:
+            v = verdicts[i]
+            if v.called:
+                row["judge_prompt_tokens"], row["judge_completion_tokens"] = v.prompt_tokens, v.completion_tokens
+            if v.error is not None:
+                row["judge_error"] = v.error
+
+
+def llm_costs(rows: list[dict]) -> tuple[dict, dict]:
+    """The answering and judging blocks of metrics.json (calls = generations)."""
+    n = len(rows)
+    pt = sum(r.get("answer_prompt_tokens", 0) for r in rows)
+    ct = sum(r.get("answer_completion_tokens", 0) for r in rows)
+    answering = {"calls": n, "prompt_tokens": pt, "completion_tokens": ct,
+                 "failed": sum("answer_error" in r for r in rows),
+                 "per_question": {"calls": 1.0 if n else 0.0, "prompt_tokens": pt / n if n else 0.0,
+                                  "completion_tokens": ct / n if n else 0.0}}
+    judged = [r for r in rows if "judge_prompt_tokens" in r]
+    calls = len(judged)
+    jpt, jct = sum(r["judge_prompt_tokens"] for r in judged), sum(r["judge_completion_tokens"] for r in judged)
+    judging = {"calls": calls, "prompt_tokens": jpt, "completion_tokens": jct,
+               "failed": sum("judge_error" in r for r in rows),
+               "per_question": {"calls": calls / n if n else 0.0, "prompt_tokens": jpt / n if n else 0.0,
+                                "completion_tokens": jct / n if n else 0.0}}
+    return answering, judging
+
+
+def _consolidation_usage(mem: MagmaMemory) -> dict:
+    """Counters of the consolidation LLM (``mem.llm_usage`` or ``consolidator.usage``); zeros without one."""
+    u = (getattr(mem, "llm_usage", None) or getattr(mem.consolidator, "usage", None)
+         or getattr(getattr(mem, "llm", None), "usage", None))
+    d = u.as_dict() if hasattr(u, "as_dict") else dict(u or {})
+    return {k: int(d.get(k, 0)) for k in ("calls", "prompt_tokens", "completion_tokens")}
+
+
+def _llm_options(group: str) -> list[str]:
+    return sorted(p.name[:-5] for p in (conf_root() / group).iterdir() if p.name.endswith(".yaml")) if (
+        conf_root() / group).is_dir() else []
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict:
     """Run one experiment and write its folder; returns the metrics dict."""
-    samples = load_dataset(cfg.dataset.name, cfg.dataset.get("path"))
+    qa = cfg.task.name == "qa"
+    c = cfg.consolidation
+    # consolidation=llm with `llm: ???` consolidates with the LLM of the `llm` group
+    shared = c is not None and "llm" in c.keys() and OmegaConf.is_missing(c, "llm")
+    has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
+    for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
+        if needed and not has_llm:
+            raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {_llm_options('llm')})")
+    samples = load_dataset(cfg.dataset.name, cfg.dataset.get("path"))[: cfg.dataset.get("limit")]
+    reader = judge = None
+    try:
+        if qa or shared:
+            reader = make_llm(cfg.llm)
+        if qa:
+            judge = make_llm(cfg.get("judge"))
+            if judge is None:
+                log.info("task=qa without judge=...: the judge metric is null")
+        return _run(cfg, out_dir, samples, reader if qa else None, judge, reader if shared else None)
+    finally:
+        for m in (reader, judge):
+            if m is not None:
+                m.close()
+
+
+def _run(cfg: DictConfig, out_dir: Path, samples: list[Sample], reader, judge, consolidation_llm) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     mem_cfg = cfg.memory
     embedder = Embedder(device=resolve_device(mem_cfg.device), **mem_cfg.embedder)
-    rows, build = [], defaultdict(float)
+    rows, build, llm_build = [], defaultdict(float), defaultdict(int)
     edges = defaultdict(int)
     pred_path = out_dir / "predictions.jsonl"
     with pred_path.open("w") as pred:
         for sample in tqdm(samples, desc="conversations", disable=not cfg.progress):
-            with MagmaMemory(mem_cfg, cfg.consolidation, namespace=sample.sample_id, embedder=embedder) as mem:
+            with MagmaMemory(mem_cfg, cfg.consolidation, namespace=sample.sample_id, embedder=embedder,
+                             **({"llm": consolidation_llm} if consolidation_llm is not None else {})) as mem:
+                usage0 = _consolidation_usage(mem)
                 t0 = time.perf_counter()
                 mem.add_many(records(sample))
                 t1 = time.perf_counter()
@@ -88,6 +190,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
                 t2 = time.perf_counter()
                 build["fast_path_s"] += t1 - t0
                 build["consolidation_s"] += t2 - t1
+                for k, v in _consolidation_usage(mem).items():
+                    llm_build[k] += v - usage0[k]
                 stats = mem.stats()
                 build["events"] += stats["events"]
                 build["entities"] += stats["entities"]
@@ -95,8 +199,10 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
                     edges[rel] += n
                 qs = list(sample.questions)
                 results = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs])
-                for q, r in zip(qs, results):
-                    row = question_row(sample, q, r, cfg.task)
+                conv_rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
+                if reader is not None:
+                    answer_rows(conv_rows, qs, results, reader, judge, cfg.task)
+                for row in conv_rows:
                     rows.append(row)
                     pred.write(json.dumps(row) + "\n")
                 pred.flush()
@@ -105,7 +211,15 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
                "by_category": {c: summarise([r for r in rows if r["category"] == c], cfg.task) for c in CATEGORIES},
                "build": {"events": int(build["events"]), "entities": int(build["entities"]), "edges": dict(edges),
                          "fast_path_s": build["fast_path_s"], "consolidation_s": build["consolidation_s"],
-                         "llm_calls": 0, "llm_tokens": 0}}
+                         "llm_calls": llm_build["calls"],
+                         "llm_tokens": llm_build["prompt_tokens"] + llm_build["completion_tokens"],
+                         "llm_prompt_tokens": llm_build["prompt_tokens"],
+                         "llm_completion_tokens": llm_build["completion_tokens"]}}
+    if reader is not None:
+        metrics["answering"], metrics["judging"] = llm_costs(rows)
+        metrics["answering"]["llm"] = getattr(reader, "name", type(reader).__name__)
+        metrics["judging"]["llm"] = None if judge is None else getattr(judge, "name", type(judge).__name__)
+        metrics["prompts"] = {"answer": ANSWER_PROMPT_VERSION, "judge": JUDGE_PROMPT_VERSION}
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     plot_categories(metrics, out_dir / "recall_by_category.png")
     return metrics
@@ -113,10 +227,11 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
 
 def format_table(metrics: dict) -> str:
     cols = [k for k in metrics["overall"] if k.startswith("recall")] + ["context_tokens_mean", "retrieval_ms_p50"]
+    cols += [k for k in QA_METRICS if any(m.get(k) is not None for m in [metrics["overall"], *metrics["by_category"].values()])]
     lines = [f"{metrics['dataset']} / {metrics['memory']}: {metrics['n_questions']} questions",
              "| category | n | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
     for name, m in [("overall", metrics["overall"]), *metrics["by_category"].items()]:
-        cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if c.startswith("recall") else f"{m[c]:.1f}" for c in cols]
+        cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if c.startswith("recall") or c in QA_METRICS else f"{m[c]:.1f}" for c in cols]
         lines.append(f"| {name} | {m['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -125,7 +240,7 @@ def format_table(metrics: dict) -> str:
 def main(cfg: DictConfig) -> None:
     try:
         metrics = run(cfg, Path(cfg.out_dir))
-    except (DatasetError, IngestError) as err:
+    except (DatasetError, IngestError, ConfigError, LLMUnavailable) as err:
         # Bad input is the user's to fix: one readable line, not a traceback.
         print(f"magma-run: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -3,6 +3,10 @@
 intent -> time window -> anchors by RRF over vector, keyword and time rankings ->
 batched beam search -> salience order -> linearised context. Reads a store snapshot
 and never writes to the store.
+
+``mode: full_context`` (the full-context baseline) skips ranking: every event is returned in
+chronological order and the context holds the most recent turns that fit the budget (the
+reader's context window), with ``Retrieval.truncated`` set when earlier turns were left out.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from magma_torch.query.anchors import (ContextConfig, context_candidates, contex
                                        top_ids)
 from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights
 from magma_torch.query.intent import INTENTS, IntentClassifier
-from magma_torch.query.linearize import linearize
+from magma_torch.query.linearize import Block, linearize, render_block
 from magma_torch.store.graph import RELATIONS
 from magma_torch.store.store import StoreSnapshot
 from magma_torch.text import count_tokens
@@ -39,7 +43,7 @@ class RetrievalConfig:
     beam: BeamConfig = BeamConfig()
     budget_tokens: int | None = 2000
     score_dtype: str = "float32"
-
+    mode: str = "graph"               # "graph": Algorithm 1; "full_context": all events, newest kept
 
 @dataclass(frozen=True)
 class RetrievedNode:
@@ -79,6 +83,7 @@ class Retrieval:
     context_tokens: int
     context_ids: list[int]
     retrieval_ms: float
+    truncated: bool = False            # full_context: earlier turns were cut to fit the budget
 
     @property
     def source_ids(self) -> list[str]:
@@ -91,6 +96,8 @@ class Retriever:
         rows = cfg.intent_weights if cfg.use_intent else {i: cfg.intent_weights["uniform"] for i in INTENTS}
         self.weights = relation_weights(rows, INTENTS)
         self.dtype = getattr(torch, cfg.score_dtype)
+        if cfg.mode not in ("graph", "full_context"):
+            raise ValueError(f"unknown retrieval mode {cfg.mode!r}; options: ['graph', 'full_context']")
 
     def retrieve_batch(self, snap: StoreSnapshot, questions: list[str], query_times: list[datetime | None],
                        budget_tokens: int | None = None) -> list[Retrieval]:
@@ -99,9 +106,12 @@ class Retriever:
         started = time.perf_counter()
         intents = self._intents(q)
         windows = [question_time_window(text, t) for text, t in zip(questions, query_times)]
-        anchors = self._anchors(snap, questions, q, windows)
-        result = self._expand(snap, q, intents, anchors)
-        out = self._assemble(snap, questions, intents, windows, anchors, result, budget)
+        if self.cfg.mode == "full_context":
+            out = self._full_context(snap, questions, intents, windows, budget)
+        else:
+            anchors = self._anchors(snap, questions, q, windows)
+            result = self._expand(snap, q, intents, anchors)
+            out = self._assemble(snap, questions, intents, windows, anchors, result, budget)
         per_query_ms = (time.perf_counter() - started) * 1000 / max(len(questions), 1)
         for r in out:
             r.retrieval_ms = per_query_ms
@@ -174,6 +184,28 @@ class Retriever:
         return out
 
     @staticmethod
+    def _full_context(snap, questions, intents, windows, budget) -> list[Retrieval]:
+        """Every event, oldest first; the context keeps the newest blocks that fit ``budget``."""
+        rows = snap.rows
+        order = sorted(range(snap.num_events), key=lambda e: (rows[e].timestamp, e))
+        blocks = [Block(e, t, count_tokens(t)) for e in order for t in [render_block(e, rows[e])]]
+        kept, note = blocks, ""
+        if budget is not None and sum(b.tokens for b in blocks) > budget:
+            room = budget - count_tokens(_omitted(len(blocks)))
+            used, start = 0, len(blocks)
+            while start > 0 and (start == len(blocks) or used + blocks[start - 1].tokens <= room):
+                start -= 1
+                used += blocks[start].tokens
+            kept, note = blocks[start:], _omitted(start)
+        context = "\n".join(([note] if note else []) + [b.text for b in kept])
+        n_tokens, kept_ids = count_tokens(context), [b.event for b in kept]
+        nodes = [RetrievedNode(b.event, rows[b.event].text, datetime.fromtimestamp(rows[b.event].timestamp, timezone.utc),
+                               [rows[b.event].source_id] if rows[b.event].source_id else [], 0.0,
+                               rows[b.event].speaker, b.tokens) for b in blocks]
+        return [Retrieval(text, INTENTS[int(intents[i])], windows[i], [], list(nodes), [], context, n_tokens,
+                          list(kept_ids), 0.0, truncated=bool(note)) for i, text in enumerate(questions)]
+
+    @staticmethod
     def _anchor_list(anchors, b) -> list[Anchor]:
         out = []
         for j, a in enumerate(anchors.ids[b].tolist()):
@@ -182,6 +214,10 @@ class Retriever:
             ranks = {s: int(r) for s, r in zip(SIGNALS, anchors.ranks[b, j].tolist()) if r > 0}
             out.append(Anchor(a, float(anchors.scores[b, j]), ranks))
         return out
+
+
+def _omitted(n: int) -> str:
+    return f"…{n} earlier event{'s' if n != 1 else ''} left out to fit the context window…"
 
 
 def _relation_name(rel: int, via: int, snap: StoreSnapshot) -> str:

@@ -1,0 +1,68 @@
+"""Versioned prompts for question answering and the LLM judge.
+
+The answer prompt is query-adaptive: its reasoning instructions are chosen by the intent the
+classifier *predicted* for the question (``Retrieval.intent``), never by a dataset's
+category. Change a prompt's text only together with its version string: run folders
+record the versions they were produced with.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+ANSWER_PROMPT_VERSION = "magma-answer-v1"
+JUDGE_PROMPT_VERSION = "locomo-judge-v1"
+NOT_MENTIONED = "Not mentioned in the conversation."
+
+INTENT_INSTRUCTIONS = {
+    "WHY": ("This is a WHY question. The memory blocks are shown with causes before their effects. "
+            "Explain the cause using that causal order: name the event or reason that led to what "
+            "the question asks about, in one or two short sentences."),
+    "WHEN": ("This is a WHEN question. Every memory block starts with the date it was said on. Resolve "
+             "relative expressions (\"yesterday\", \"last week\", \"next month\") against the date of the "
+             "block they appear in, not against today, and answer with an absolute date "
+             "(e.g. \"7 May 2023\", \"the week before 9 June 2023\", \"2022\")."),
+    "ENTITY": ("This is a question about a fact, person, object or place. Answer with the concise fact "
+               "itself (a name, a list of items, a number, yes/no), without explanation."),
+}
+
+ANSWER_TEMPLATE = """You answer questions about a long conversation between two people, using only the memory below.
+
+Memory (one block per turn: [date time] (turn id) speaker: text):
+{context}
+
+{instructions}
+Answer briefly, in a short phrase where possible. If the memory does not contain the answer, reply exactly: {not_mentioned}
+
+Question date: {date}
+Question: {question}
+Answer:"""
+
+
+def format_date(t: datetime | None) -> str:
+    return "unknown" if t is None else t.strftime("%d %B %Y, %H:%M")
+
+
+def answer_prompt(question: str, context: str, intent: str, question_date: datetime | None = None) -> str:
+    """The reader prompt for one question; ``intent`` is the predicted intent (WHY/WHEN/ENTITY)."""
+    return ANSWER_TEMPLATE.format(context=context.strip() or "(empty)",
+                                  instructions=INTENT_INSTRUCTIONS.get(intent, INTENT_INSTRUCTIONS["ENTITY"]),
+                                  not_mentioned=NOT_MENTIONED, date=format_date(question_date),
+                                  question=question)
+
+
+JUDGE_TEMPLATE = """You grade an answer to a question about a conversation against a gold answer.
+
+Question: {question}
+Gold answer: {gold}
+Generated answer: {prediction}
+
+Be generous about wording and length: the generated answer is correct (1) when it states the same thing as the gold answer or contains it, even with extra detail. A date, month or period is correct when it refers to the same time as the gold answer, whatever its format. It is wrong (0) when it contradicts the gold answer, misses its key content, or says the information is not available while the gold answer gives it. If the gold answer says the information is not mentioned, the generated answer is correct only if it also says so.
+
+Respond with JSON only: {{"verdict": 1}} if correct, {{"verdict": 0}} if wrong."""
+
+JUDGE_SCHEMA = {"type": "object", "properties": {"verdict": {"type": "integer", "enum": [0, 1]}},
+                "required": ["verdict"], "additionalProperties": False}
+
+
+def judge_prompt(question: str, gold: str, prediction: str) -> str:
+    return JUDGE_TEMPLATE.format(question=question, gold=gold, prediction=prediction or "(no answer)")

@@ -1,0 +1,105 @@
+"""Question answering over retrieved contexts, and the LLM judge (task=qa).
+
+Both run batched: one ``LLM.generate`` call for all questions of a conversation. A failed
+generation never stops a run: the answer is recorded as "" with its error, scores 0, and is
+counted; a failed verdict is recorded as ``None`` (left out of the judge mean) and counted.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from magma_torch.eval.prompts import JUDGE_SCHEMA, NOT_MENTIONED, answer_prompt, judge_prompt
+from magma_torch.eval.qa_metrics import bleu1, locomo_f1, reference_answer
+from magma_torch.llm.base import LLM, Generation
+
+
+class QuestionLike(Protocol):
+    question: str
+    query_time: datetime | None
+
+
+@dataclass(frozen=True)
+class Answer:
+    prediction: str                    # "" when the generation failed
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: int | None                # 1 correct, 0 wrong, None when the judge failed or had no gold
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+    called: bool = True                # False when no judge call was made for the item
+
+
+def _generate(llm: LLM, prompts: list[str], **kw) -> list[Generation]:
+    gens = list(llm.generate(prompts, **kw)) if prompts else []
+    if len(gens) != len(prompts):
+        raise RuntimeError(f"{getattr(llm, 'name', llm)!s} returned {len(gens)} generations for {len(prompts)} prompts")
+    return gens
+
+
+def answer_questions(retrievals: Sequence, questions: Sequence[QuestionLike], reader: LLM, *,
+                     max_tokens: int = 128, temperature: float = 0.0) -> list[Answer]:
+    """Answer each question from its retrieval (context + predicted intent) in one batch."""
+    if len(retrievals) != len(questions):
+        raise ValueError(f"{len(retrievals)} retrievals for {len(questions)} questions")
+    prompts = [answer_prompt(q.question, r.context, r.intent, q.query_time) for r, q in zip(retrievals, questions)]
+    gens = _generate(reader, prompts, max_tokens=max_tokens, temperature=temperature)
+    return [Answer("" if g.error else g.text.strip(), g.prompt_tokens, g.completion_tokens, g.error) for g in gens]
+
+
+def judge_reference(gold: str | None, category: str) -> str | None:
+    """What the judge compares with: the gold answer (LoCoMo's first ';' part for
+    open-domain), or "not mentioned" for adversarial questions, whose gold is a trap."""
+    return NOT_MENTIONED if category == "adversarial" else reference_answer(gold, category)
+
+
+def parse_verdict(g: Generation) -> tuple[int | None, str | None]:
+    if g.error:
+        return None, g.error
+    obj = g.parsed
+    if obj is None:
+        m = re.search(r"\{.*\}", g.text, re.S)
+        try:
+            obj = json.loads(m.group(0)) if m else None
+        except json.JSONDecodeError:
+            obj = None
+    v = obj.get("verdict") if isinstance(obj, dict) else None
+    if isinstance(v, bool) or v in (0, 1):
+        return int(v), None
+    return None, f"unparsable verdict: {g.text[:80]!r}"
+
+
+def judge_answers(judge: LLM, questions: Sequence[str], golds: Sequence[str | None], categories: Sequence[str],
+                  answers: Sequence[Answer], *, max_tokens: int = 16) -> list[Verdict]:
+    """One judge call for every answer that has a reference; temperature 0, JSON verdict.
+    A failed answer is judged wrong without a call; a question without gold gets None."""
+    out: list[Verdict | None] = [None] * len(answers)
+    todo, prompts = [], []
+    for i, (q, gold, cat, a) in enumerate(zip(questions, golds, categories, answers, strict=True)):
+        ref = judge_reference(gold, cat)
+        if ref is None:
+            out[i] = Verdict(None, called=False)
+        elif a.error is not None:
+            out[i] = Verdict(0, called=False)
+        else:
+            todo.append(i)
+            prompts.append(judge_prompt(q, ref, a.prediction))
+    for i, g in zip(todo, _generate(judge, prompts, schema=JUDGE_SCHEMA, max_tokens=max_tokens, temperature=0.0)):
+        v, err = parse_verdict(g)
+        out[i] = Verdict(v, g.prompt_tokens, g.completion_tokens, err)
+    return out
+
+
+def score_answer(prediction: str, gold: str | None, category: str) -> dict:
+    """LoCoMo F1 and BLEU-1 of one answer (BLEU-1 is None for adversarial questions)."""
+    return {"f1": locomo_f1(prediction, gold, category), "bleu1": bleu1(prediction, reference_answer(gold, category))}

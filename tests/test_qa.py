@@ -1,0 +1,170 @@
+"""task=qa plumbing with ScriptedLLM (tests/scripted_llm.py): prompt by predicted intent,
+batching, failure rows, judge, cost accounting, full_context truncation."""
+import json
+import subprocess
+import sys
+from datetime import datetime
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from magma_torch import MagmaMemory
+from magma_torch.config import load_group
+from magma_torch.eval.datasets.base import Question
+from magma_torch.eval.prompts import INTENT_INSTRUCTIONS, JUDGE_PROMPT_VERSION, JUDGE_SCHEMA, NOT_MENTIONED
+from magma_torch.eval.qa import Answer, answer_questions, judge_answers
+from magma_torch.eval.runner import run
+from magma_torch.ingest.embedder import Embedder
+from scripted_llm import ScriptedLLM
+
+TURNS = [
+    ("I lost my job at the bakery last month.", "2023-05-01 10:00"),
+    ("Because I lost my job, I started painting landscapes to cope.", "2023-05-08 10:00"),
+    ("I adopted a puppy named Max yesterday.", "2023-06-02 10:00"),
+    ("Max loves the beach, we go every weekend.", "2023-06-20 10:00"),
+    ("I sold my first painting at the fair today!", "2023-07-15 10:00"),
+]
+
+
+@pytest.fixture(scope="module")
+def emb():
+    return Embedder(device="cpu")
+
+
+def memory(emb, name="magma", **retrieval):
+    cfg = load_group("memory", name)
+    cfg.slow_path.background = False
+    for k, v in retrieval.items():
+        cfg.retrieval[k] = v
+    mem = MagmaMemory(cfg, "heuristic", device="cpu", embedder=emb)
+    mem.add_many([{"text": t, "timestamp": ts, "speaker": "Jo", "source_id": f"D1:{i + 1}", "stream": "s"}
+                  for i, (t, ts) in enumerate(TURNS)])
+    mem.consolidate()
+    return mem
+
+
+def test_prompt_uses_the_predicted_intent_not_the_dataset_category(emb):
+    with memory(emb) as mem:
+        qs = [Question("s/q0", "Why did Jo start painting?", "lost job", ("D1:2",), "temporal", None),
+              Question("s/q1", "When did Jo adopt Max?", "1 June 2023", ("D1:3",), "single-hop",
+                       datetime(2023, 8, 1))]
+        rs = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs])
+        assert [r.intent for r in rs] == ["WHY", "WHEN"]
+        reader = ScriptedLLM()
+        answers = answer_questions(rs, qs, reader, max_tokens=64)
+        assert len(reader.calls) == 1 and len(reader.calls[0]["prompts"]) == 2      # one batch
+        why, when = reader.calls[0]["prompts"]
+        assert INTENT_INSTRUCTIONS["WHY"] in why and INTENT_INSTRUCTIONS["WHEN"] not in why
+        assert INTENT_INSTRUCTIONS["WHEN"] in when and "01 August 2023" in when
+        assert NOT_MENTIONED in why and rs[0].context in why
+        assert [a.prediction for a in answers] == ["Why answer", "When answer"]
+        # the facade: same prompt, one call, (text, retrieval)
+        text, r = mem.answer("Why did Jo start painting?", reader)
+        assert text == "Why answer" and r.intent == "WHY"
+        assert INTENT_INSTRUCTIONS["WHY"] in reader.calls[-1]["prompts"][0]
+
+
+def test_failed_answer_is_recorded_and_judged_wrong_without_a_call():
+    reader = ScriptedLLM(fail_on="boom")
+
+    class R:
+        def __init__(self, q):
+            self.context, self.intent = "[2023-05-01 10:00] (D1:1) Jo: hi", "ENTITY"
+    qs = [Question(f"s/q{i}", q, "x", (), "single-hop", None) for i, q in enumerate(["What boom?", "What ok?"])]
+    answers = answer_questions([R(q) for q in qs], qs, reader)
+    assert answers[0] == Answer("", answers[0].prompt_tokens, 0, "scripted failure")
+    assert answers[1].error is None
+    judge = ScriptedLLM("judge")
+    v = judge_answers(judge, [q.question for q in qs], ["x", "x"], ["single-hop", "single-hop"], answers)
+    assert v[0].verdict == 0 and not v[0].called
+    assert len(judge.calls[0]["prompts"]) == 1
+
+
+def test_judge_batches_at_temperature_zero_and_never_sees_the_adversarial_trap():
+    judge = ScriptedLLM("judge", fail_on="Q-fail", garble_on="Q-garble")
+    qs = ["Q-adv", "Q-ok", "Q-fail", "Q-garble", "Q-nogold"]
+    golds = ["TRAP", "Paris", "Paris", "Paris", None]
+    cats = ["adversarial", "single-hop", "single-hop", "single-hop", "single-hop"]
+    answers = [Answer(NOT_MENTIONED), Answer("Paris"), Answer("Paris"), Answer("Paris"), Answer("Paris")]
+    v = judge_answers(judge, qs, golds, cats, answers)
+    assert len(judge.calls) == 1
+    call = judge.calls[0]
+    assert call["temperature"] == 0.0 and call["schema"] == JUDGE_SCHEMA and len(call["prompts"]) == 4
+    assert "TRAP" not in call["prompts"][0] and f"Gold answer: {NOT_MENTIONED}" in call["prompts"][0]
+    assert [x.verdict for x in v] == [1, 0, None, None, None]
+    assert v[2].error == "scripted failure" and "unparsable" in v[3].error
+    assert not v[4].called and v[4].error is None
+    assert JUDGE_PROMPT_VERSION == "locomo-judge-v1"
+
+
+def test_full_context_returns_everything_and_flags_truncation(emb):
+    with memory(emb, "full_context", budget_tokens=10_000) as mem:
+        r = mem.retrieve("Why did Jo start painting?")
+        assert [n.source_ids[0] for n in r.nodes] == [f"D1:{i}" for i in range(1, 6)]   # chronological
+        assert not r.truncated and all(t in r.context for t, _ in TURNS) and r.intent == "WHY"
+    with memory(emb, "full_context", budget_tokens=90) as mem:
+        r = mem.retrieve("Why did Jo start painting?")
+        assert r.truncated and len(r.nodes) == 5
+        assert r.context_tokens <= 90 and 1 < len(r.context_ids) < 5
+        assert TURNS[-1][0] in r.context and TURNS[0][0] not in r.context     # newest turns kept
+        assert r.context.splitlines()[0].startswith("…") and "left out to fit the context window" in r.context
+        kept = [n.id for n in r.nodes if n.id in r.context_ids]
+        assert kept == r.context_ids == sorted(r.context_ids) and kept[-1] == r.nodes[-1].id
+
+
+@pytest.fixture(scope="module")
+def qa_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("qa")
+    with initialize_config_module("magma_torch.conf", version_base=None):
+        cfg = compose("config", overrides=["task=qa", "dataset=demo", "memory=magma", "progress=false",
+                                           f"out_dir={out}"])
+    OmegaConf.set_struct(cfg, False)
+    cfg.llm = {"_target_": "scripted_llm.ScriptedLLM", "fail_on": "Question: When", "abstain_on": "Why"}
+    cfg.judge = {"_target_": "scripted_llm.ScriptedLLM", "mode": "judge", "garble_on": "Question: What"}
+    metrics = run(cfg, out)
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    return metrics, rows
+
+
+def test_qa_rows_carry_prediction_scores_and_costs(qa_run):
+    metrics, rows = qa_run
+    assert len(rows) == 70
+    for r in rows:
+        assert {"prediction", "f1", "bleu1", "judge", "answer_prompt_tokens", "answer_completion_tokens"} <= set(r)
+        if r["question"].startswith("When"):
+            assert r["prediction"] == "" and r["answer_error"] == "scripted failure"
+            assert r["f1"] == 0.0 and r["judge"] == 0 and "judge_prompt_tokens" not in r
+        elif r["question"].startswith("What"):
+            assert r["judge"] is None and r["judge_error"].startswith("unparsable")
+        if r["category"] == "adversarial":
+            assert r["bleu1"] is None
+            assert r["f1"] == float(r["prediction"] == NOT_MENTIONED) == float(r["judge"] or 0)
+
+
+def test_qa_metrics_aggregate_rows(qa_run):
+    metrics, rows = qa_run
+    scored = [r for r in rows if r["category"] != "adversarial"]
+    for k in ("f1", "bleu1", "judge"):
+        vals = [r[k] for r in scored if r[k] is not None]
+        assert metrics["overall"][k] == pytest.approx(sum(vals) / len(vals))
+        adv = [r[k] for r in rows if r["category"] == "adversarial" and r[k] is not None]
+        assert metrics["by_category"]["adversarial"][k] == (pytest.approx(sum(adv) / len(adv)) if adv else None)
+    a, j = metrics["answering"], metrics["judging"]
+    assert a["calls"] == 70 and a["failed"] == sum("answer_error" in r for r in rows) > 0
+    assert a["prompt_tokens"] == sum(r["answer_prompt_tokens"] for r in rows)
+    assert a["per_question"]["prompt_tokens"] == pytest.approx(a["prompt_tokens"] / 70)
+    assert j["calls"] == sum("judge_prompt_tokens" in r for r in rows) == 70 - a["failed"]
+    assert j["failed"] == sum("judge_error" in r for r in rows) > 0
+    assert metrics["prompts"]["judge"] == JUDGE_PROMPT_VERSION
+    assert metrics["build"]["llm_calls"] == 0 and metrics["build"]["llm_tokens"] == 0   # heuristic slow path
+
+
+def test_qa_without_llm_fails_fast_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "task=qa", "dataset=demo",
+                           f"out_dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("magma-run: error: task=qa needs an llm") and "Traceback" not in proc.stderr
+    assert not out.exists()
