@@ -1,4 +1,6 @@
 """Test decorators in the style of PyG's ``withCUDA``: GPU cases skip cleanly without CUDA."""
+from graphlib import CycleError, TopologicalSorter
+
 import pytest
 import torch
 
@@ -10,3 +12,15 @@ onlyCUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"
 def withDevices(fn):
     """Run the test once per available device, passed as the ``device`` argument."""
     return pytest.mark.parametrize("device", DEVICES)(fn)
+
+
+def is_acyclic(edges) -> bool:
+    """Whether directed (src, dst, ...) edges form a DAG."""
+    ts = TopologicalSorter()
+    for src, dst, *_ in edges:
+        ts.add(dst, src)
+    try:
+        ts.prepare()
+    except CycleError:
+        return False
+    return True

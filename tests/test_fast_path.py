@@ -14,6 +14,7 @@ from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.fast_path import FastPathConfig, IngestError
 from magma_torch.ingest.heuristic import CausalLink, EntityMention, Proposal
 from magma_torch.store.graph import RELATIONS
+from magma_torch.testing import is_acyclic
 
 WAIT = 60  # seconds; only a guard against hanging, never asserted on
 
@@ -336,25 +337,6 @@ CONVERSATION = [
 ]
 
 
-def _is_acyclic(pairs) -> bool:
-    nodes = {n for p in pairs for n in p}
-    indeg = {n: 0 for n in nodes}
-    out = {n: [] for n in nodes}
-    for a, b in pairs:
-        out[a].append(b)
-        indeg[b] += 1
-    ready = [n for n in nodes if indeg[n] == 0]
-    seen = 0
-    while ready:
-        u = ready.pop()
-        seen += 1
-        for v in out[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                ready.append(v)
-    return seen == len(nodes)
-
-
 @pytest.mark.parametrize("background", [True, False])
 def test_heuristic_consolidation_entities_and_causal(emb, background):
     """Speakers become entity nodes, "that's why" gives a causal edge, the causal graph is a DAG."""
@@ -371,7 +353,7 @@ def test_heuristic_consolidation_entities_and_causal(emb, background):
         causal = edges(m, "causal")
         assert (0, 2) in causal
         assert all(a < b for a, b in causal)
-        assert _is_acyclic(causal)
+        assert is_acyclic(causal)
         assert set(m.worker.status) == set(ids)
         assert all(s in ("consolidated", "failed") for s, _ in m.worker.status.values())
         assert m.stats()["queue"] == 0
@@ -460,7 +442,7 @@ def test_invalid_links_are_rejected_valid_ones_added(emb):
         m.add("three", "2023-05-08 10:03")
         m.consolidate()
         assert sorted(edges(m, "causal")) == [(0, 1), (1, 2), (1, 3)]
-        assert _is_acyclic(edges(m, "causal"))
+        assert is_acyclic(edges(m, "causal"))
         assert m.store.graph.edges("causal")[2].tolist() == pytest.approx([0.9, 0.8, 0.7])
         status, reason = m.worker.status[3]
         assert status == "consolidated"

@@ -17,6 +17,7 @@ from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.heuristic import EventView
 from magma_torch.ingest.llm_consolidator import LLMConsolidator, normalise_name
 from magma_torch.llm.base import Generation, Usage
+from magma_torch.testing import is_acyclic
 
 WAIT = 60
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=timezone.utc)
@@ -97,23 +98,6 @@ def mention_counts(mem):
     for e in s.tolist():
         out[e] = out.get(e, 0) + 1
     return out
-
-
-def acyclic(n, edges) -> bool:
-    out = {i: [] for i in range(n)}
-    indeg = [0] * n
-    for c, e, *_ in edges:
-        out[c].append(e)
-        indeg[e] += 1
-    stack, seen = [i for i in range(n) if indeg[i] == 0], 0
-    while stack:
-        u = stack.pop()
-        seen += 1
-        for v in out[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-    return seen == n
 
 
 def ref_of(refs, text):
@@ -265,7 +249,7 @@ def test_rejected_links_are_never_written_and_cycles_are_refused(emb):
         assert "rejected causal link 2->0: would create a cycle" in reason
         assert "'n7' is not a node of this prompt" in reason
         assert "below 0.5" in mem.worker.status[ids[3]][1]
-        assert acyclic(len(ids), causal_edges(mem))
+        assert is_acyclic(causal_edges(mem))
     finally:
         mem.close()
 
@@ -302,7 +286,7 @@ def test_prompt_injection_cannot_escape_the_prompt_or_the_caps(emb):
             per_event[proposer] = per_event.get(proposer, 0) + 1
         assert max(per_event.values()) <= cap_c                  # and within the per-event cap
         assert len(edges) <= cap_c * len(ids)
-        assert acyclic(len(ids), edges)
+        assert is_acyclic(edges)
         assert max(mention_counts(mem).values()) <= cap_e
     finally:
         mem.close()
@@ -449,7 +433,7 @@ def test_real_smollm2_over_demo_turns_produces_valid_edges(emb):
             edges = causal_edges(mem)
             n = len(ids)
             assert all(0 <= c < n and 0 <= e < n and c != e and 0.5 <= w <= 1.0 for c, e, w in edges)
-            assert acyclic(n, edges)
+            assert is_acyclic(edges)
             per_event = {}
             for c, e, _ in edges:
                 per_event[max(c, e)] = per_event.get(max(c, e), 0) + 1
