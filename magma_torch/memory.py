@@ -5,7 +5,6 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from pathlib import Path
 
 import hydra.utils
 from omegaconf import DictConfig, OmegaConf

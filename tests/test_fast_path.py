@@ -11,7 +11,7 @@ import torch
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.ingest.embedder import Embedder
-from magma_torch.ingest.fast_path import FastPathConfig, IngestError
+from magma_torch.ingest.fast_path import IngestError
 from magma_torch.ingest.heuristic import CausalLink, EntityMention, Proposal
 from magma_torch.store.graph import RELATIONS
 from magma_torch.testing import is_acyclic

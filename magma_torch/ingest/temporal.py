@@ -421,8 +421,8 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]
      _r_day_word),
     (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+|the\s+)?(?P<wd>{_WEEKDAY_RE})(?:\s+before)?\b", re.I),
      _r_weekday),
-    (re.compile(rf"\b(?:(?P<mod>this|last|next|previous)\s+(?P<u>week|weekend|month|year)"
-                rf"|the\s+(?P<u2>week|weekend|month|year)\s+(?P<rel>before(?:\s+last)?|after(?:\s+next)?))\b", re.I),
+    (re.compile(r"\b(?:(?P<mod>this|last|next|previous)\s+(?P<u>week|weekend|month|year)"
+                r"|the\s+(?P<u2>week|weekend|month|year)\s+(?P<rel>before(?:\s+last)?|after(?:\s+next)?))\b", re.I),
      _r_relative_unit),
     (re.compile(r"\b(?:over|on|during|at)\s+the\s+weekend\b", re.I), _r_bare_weekend),
     (re.compile(rf"(?P<in>\bin\s+)?\b(?P<n>{_COUNT_RE})\s+(?P<u>{_UNIT_RE})s?\b"
