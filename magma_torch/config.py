@@ -15,12 +15,17 @@ def conf_root() -> Traversable:
     return files(CONFIG_MODULE)
 
 
+def group_options(group: str) -> list[str]:
+    """The option names of a config group (its YAML files), [] for an unknown group."""
+    folder = conf_root() / group
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")) if folder.is_dir() else []
+
+
 def load_group(group: str, name: str) -> DictConfig:
     """One option of a config group composed by Hydra (defaults lists included),
     e.g. ``load_group("memory", "hybrid_rag")``."""
     if not (conf_root() / group / f"{name}.yaml").is_file():
-        options = sorted(p.name[:-5] for p in (conf_root() / group).iterdir() if p.name.endswith(".yaml"))
-        raise ValueError(f"unknown {group} config {name!r}; options: {options}")
+        raise ValueError(f"unknown {group} config {name!r}; options: {group_options(group)}")
     if GlobalHydra.instance().is_initialized():
         return compose("config", overrides=[f"{group}={name}"])[group]
     with initialize_config_module(CONFIG_MODULE, version_base=None):

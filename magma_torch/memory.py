@@ -74,9 +74,9 @@ class MagmaMemory:
             if not spec:
                 raise ValueError("this consolidation config needs an LLM: pass MagmaMemory(..., llm=...) "
                                  "or set consolidation.llm to an llm config")
-            from magma_torch import llm as llm_pkg
-            build = getattr(llm_pkg, "build_llm", None)
-            self.llm = build(spec) if build is not None else hydra.utils.instantiate(spec)
+            from magma_torch.llm import build_llm   # lazy: backends pull heavy optional deps
+
+            self.llm = build_llm(spec)
             self._owns_llm = True
         return hydra.utils.instantiate(c, llm=self.llm)
 

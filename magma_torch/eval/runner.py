@@ -13,18 +13,18 @@ from collections import defaultdict
 from pathlib import Path
 
 import hydra
-import hydra.utils
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from magma_torch.eval.datasets import DatasetError, Sample, load_dataset
 from magma_torch.eval.metrics import (percentile, recall_all_at_k, recall_all_at_tokens, recall_any_at_k)
-from magma_torch.config import conf_root
+from magma_torch.config import group_options
 from magma_torch.eval.plots import plot_categories
 from magma_torch.eval.prompts import ANSWER_PROMPT_VERSION, JUDGE_PROMPT_VERSION
 from magma_torch.eval.qa import answer_questions, judge_answers, score_answer
 from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.fast_path import IngestError
+from magma_torch.llm import build_llm
 from magma_torch.llm.base import LLMUnavailable
 from magma_torch.memory import MagmaMemory
 
@@ -81,15 +81,6 @@ def summarise(rows: list[dict], task) -> dict:
     return out
 
 
-def make_llm(cfg: DictConfig | None):
-    """An LLM backend from an ``llm``/``judge`` config (``_target_`` + arguments); None for ``none``."""
-    if cfg is None or cfg.get("_target_") is None:
-        return None
-    from magma_torch import llm as llm_pkg   # a backend factory, when the llm package has one
-    build = getattr(llm_pkg, "build_llm", None)
-    return build(cfg) if build is not None else hydra.utils.instantiate(cfg)
-
-
 def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) -> None:
     """task=qa: answer every question of one conversation in one batch, score, judge in one batch."""
     answers = answer_questions(results, qs, reader, max_tokens=task.get("answer_max_tokens", 128),
@@ -112,36 +103,33 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
                 row["judge_error"] = v.error
 
 
+def _cost_block(rows: list[dict], prefix: str, calls: int, failed: int) -> dict:
+    """Totals and per-question means of the ``<prefix>_*_tokens`` columns."""
+    n = len(rows)
+    pt = sum(r.get(f"{prefix}_prompt_tokens", 0) for r in rows)
+    ct = sum(r.get(f"{prefix}_completion_tokens", 0) for r in rows)
+
+    def per_question(x: float) -> float:
+        return x / n if n else 0.0
+
+    return {"calls": calls, "prompt_tokens": pt, "completion_tokens": ct, "failed": failed,
+            "per_question": {"calls": per_question(calls), "prompt_tokens": per_question(pt),
+                             "completion_tokens": per_question(ct)}}
+
+
 def llm_costs(rows: list[dict]) -> tuple[dict, dict]:
     """The answering and judging blocks of metrics.json (calls = generations)."""
-    n = len(rows)
-    pt = sum(r.get("answer_prompt_tokens", 0) for r in rows)
-    ct = sum(r.get("answer_completion_tokens", 0) for r in rows)
-    answering = {"calls": n, "prompt_tokens": pt, "completion_tokens": ct,
-                 "failed": sum("answer_error" in r for r in rows),
-                 "per_question": {"calls": 1.0 if n else 0.0, "prompt_tokens": pt / n if n else 0.0,
-                                  "completion_tokens": ct / n if n else 0.0}}
-    judged = [r for r in rows if "judge_prompt_tokens" in r]
-    calls = len(judged)
-    jpt, jct = sum(r["judge_prompt_tokens"] for r in judged), sum(r["judge_completion_tokens"] for r in judged)
-    judging = {"calls": calls, "prompt_tokens": jpt, "completion_tokens": jct,
-               "failed": sum("judge_error" in r for r in rows),
-               "per_question": {"calls": calls / n if n else 0.0, "prompt_tokens": jpt / n if n else 0.0,
-                                "completion_tokens": jct / n if n else 0.0}}
+    answering = _cost_block(rows, "answer", len(rows), sum("answer_error" in r for r in rows))
+    judging = _cost_block(rows, "judge", sum("judge_prompt_tokens" in r for r in rows),
+                          sum("judge_error" in r for r in rows))
     return answering, judging
 
 
 def _consolidation_usage(mem: MagmaMemory) -> dict:
-    """Counters of the consolidation LLM (``mem.llm_usage`` or ``consolidator.usage``); zeros without one."""
-    u = (getattr(mem, "llm_usage", None) or getattr(mem.consolidator, "usage", None)
-         or getattr(getattr(mem, "llm", None), "usage", None))
-    d = u.as_dict() if hasattr(u, "as_dict") else dict(u or {})
+    """Counters of the consolidation LLM (an LLM consolidator's ``usage``); zeros without one."""
+    u = getattr(mem.consolidator, "usage", None)
+    d = u.as_dict() if u is not None else {}
     return {k: int(d.get(k, 0)) for k in ("calls", "prompt_tokens", "completion_tokens")}
-
-
-def _llm_options(group: str) -> list[str]:
-    return sorted(p.name[:-5] for p in (conf_root() / group).iterdir() if p.name.endswith(".yaml")) if (
-        conf_root() / group).is_dir() else []
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict:
@@ -153,14 +141,14 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
     for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
         if needed and not has_llm:
-            raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {_llm_options('llm')})")
+            raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
     samples = load_dataset(cfg.dataset.name, cfg.dataset.get("path"))[: cfg.dataset.get("limit")]
     reader = judge = None
     try:
         if qa or shared:
-            reader = make_llm(cfg.llm)
+            reader = build_llm(cfg.llm)
         if qa:
-            judge = make_llm(cfg.get("judge"))
+            judge = build_llm(cfg.get("judge"))
             if judge is None:
                 log.info("task=qa without judge=...: the judge metric is null")
         return _run(cfg, out_dir, samples, reader if qa else None, judge, reader if shared else None)
