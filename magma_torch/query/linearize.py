@@ -35,6 +35,10 @@ def render_block(event: int, row: EventRow) -> str:
     return f"[{format_time(row.timestamp)}] ({ref}) {who}{row.text}" + (f" (dates: {dates})" if dates else "")
 
 
+def render_blocks(events: list[int], rows: list[EventRow]) -> list[Block]:
+    return [Block(e, text, count_tokens(text)) for e in events for text in [render_block(e, rows[e])]]
+
+
 def select_within_budget(blocks: list[Block], budget_tokens: int | None) -> list[Block]:
     """Blocks in salience order until the budget is spent (always at least the first)."""
     if budget_tokens is None:
@@ -74,7 +78,7 @@ def linearize(ranked: list[int], intent: str, rows: list[EventRow], causal: list
     """Returns (context, blocks of every ranked event in salience order with the first
     ``k`` of them in the context); the context never exceeds ``budget_tokens`` unless a
     single block alone does."""
-    blocks = [Block(e, text, count_tokens(text)) for e in ranked for text in [render_block(e, rows[e])]]
+    blocks = render_blocks(ranked, rows)
     fixed = count_tokens(header)
     kept = select_within_budget(blocks, None if budget_tokens is None else budget_tokens - fixed)
     order = display_order(ranked, intent, rows, causal)

@@ -22,7 +22,7 @@ from magma_torch.query.anchors import (ContextConfig, context_candidates, contex
                                        top_ids)
 from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights
 from magma_torch.query.intent import INTENTS, IntentClassifier
-from magma_torch.query.linearize import Block, linearize, render_block
+from magma_torch.query.linearize import linearize, render_blocks
 from magma_torch.store.graph import RELATIONS
 from magma_torch.store.store import StoreSnapshot
 from magma_torch.text import count_tokens
@@ -172,11 +172,7 @@ class Retriever:
             ranked = [node[i] for i in idx]
             intent = INTENTS[int(intents[b])]
             context, kept, blocks = linearize(ranked, intent, rows, causal, budget)
-            nodes = [RetrievedNode(node[i], rows[node[i]].text,
-                                   datetime.fromtimestamp(rows[node[i]].timestamp, timezone.utc),
-                                   [rows[node[i]].source_id] if rows[node[i]].source_id else [], score[i],
-                                   rows[node[i]].speaker, blk.tokens)
-                     for i, blk in zip(idx, blocks)]
+            nodes = [_node(rows, node[i], score[i], blk.tokens) for i, blk in zip(idx, blocks)]
             paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
                      for i in idx if parent[i] >= 0]
             out.append(Retrieval(text, intent, windows[b], self._anchor_list(anchors, b), nodes, paths,
@@ -188,7 +184,7 @@ class Retriever:
         """Every event, oldest first; the context keeps the newest blocks that fit ``budget``."""
         rows = snap.rows
         order = sorted(range(snap.num_events), key=lambda e: (rows[e].timestamp, e))
-        blocks = [Block(e, t, count_tokens(t)) for e in order for t in [render_block(e, rows[e])]]
+        blocks = render_blocks(order, rows)
         kept, note = blocks, ""
         if budget is not None and sum(b.tokens for b in blocks) > budget:
             room = budget - count_tokens(_omitted(len(blocks)))
@@ -199,9 +195,7 @@ class Retriever:
             kept, note = blocks[start:], _omitted(start)
         context = "\n".join(([note] if note else []) + [b.text for b in kept])
         n_tokens, kept_ids = count_tokens(context), [b.event for b in kept]
-        nodes = [RetrievedNode(b.event, rows[b.event].text, datetime.fromtimestamp(rows[b.event].timestamp, timezone.utc),
-                               [rows[b.event].source_id] if rows[b.event].source_id else [], 0.0,
-                               rows[b.event].speaker, b.tokens) for b in blocks]
+        nodes = [_node(rows, b.event, 0.0, b.tokens) for b in blocks]
         return [Retrieval(text, INTENTS[int(intents[i])], windows[i], [], list(nodes), [], context, n_tokens,
                           list(kept_ids), 0.0, truncated=bool(note)) for i, text in enumerate(questions)]
 
@@ -218,6 +212,12 @@ class Retriever:
 
 def _omitted(n: int) -> str:
     return f"…{n} earlier event{'s' if n != 1 else ''} left out to fit the context window…"
+
+
+def _node(rows, event: int, score: float, tokens: int) -> RetrievedNode:
+    r = rows[event]
+    return RetrievedNode(event, r.text, datetime.fromtimestamp(r.timestamp, timezone.utc),
+                         [r.source_id] if r.source_id else [], score, r.speaker, tokens)
 
 
 def _relation_name(rel: int, via: int, snap: StoreSnapshot) -> str:
