@@ -19,7 +19,7 @@ from magma_torch.explain.terminal import describe_reason
 RELATION_COLOURS = {"temporal": "#1f77b4", "semantic": "#2ca02c", "causal": "#d62728", "entity": "#9467bd"}
 ANCHOR_FILL, EVENT_FILL = "#ffc94d", "#dbe6f6"
 COL, ROW, RADIUS = 46, 112, 15              # px per event column, per depth row; node radius
-GUTTER, TOP, LABELS = 118, 36, 120          # left row labels, space above, rotated labels below
+GUTTER, TOP, LABELS = 118, 36, 120          # left row labels, space above, room for rotated labels
 HEADER_PX, TABLE_ROW_PX = 260, 25           # page height estimates for the screenshot window
 MIN_WIDTH = 1100
 
@@ -95,7 +95,7 @@ def _svg(ex: Explanation) -> tuple[str, int, int]:
     pos = _layout(ex)
     depth = max((n.depth for n in ex.nodes), default=0)
     bottom = TOP + RADIUS + ROW * depth + RADIUS
-    width, height = GUTTER + COL * len(ex.nodes) + 20, bottom + LABELS
+    width, height = GUTTER + COL * len(ex.nodes) + LABELS, bottom + LABELS   # rotated labels reach right and down
     markers = "".join(_el("marker", _el("path", d="M0,0L10,5L0,10z", fill=c), id=f"arrow-{k}",
                           viewBox="0 0 10 10", refX=9, refY=5, markerWidth=7, markerHeight=7, orient="auto")
                       for k, c in RELATION_COLOURS.items())

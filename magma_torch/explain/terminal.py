@@ -58,8 +58,10 @@ def _node_lines(ex: Explanation) -> list[str]:
 
 
 def _path_lines(ex: Explanation) -> list[str]:
+    if not ex.retrieval.paths:
+        return ["paths: none (the beam search added no event to the anchors)"]
     if not ex.edges:
-        return ["paths: none (every shown event is an anchor)"]
+        return [f"paths: {len(ex.retrieval.paths)}, none to the shown events (raise --expansions to see them)"]
     ref = {n.node.id: event_ref(n.node) for n in ex.nodes}
     out = ["paths: beam-search edges to the shown events (score of the reached event)"]
     for e in ex.edges:
