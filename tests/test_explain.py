@@ -18,7 +18,8 @@ from magma_torch.explain.html_view import ANCHOR_FILL
 from magma_torch.explain.printable import printable
 from magma_torch.explain.screenshot import ScreenshotError, find_browser, screenshot
 from magma_torch.query.intent import INTENTS
-from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievedNode, Retrieval
+from magma_torch.explain.terminal import format_text
+from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievalConfig, RetrievedNode, Retrieval
 
 HOSTILE = "Tomás pasted <script>alert('x')</script> into the canoe log \x1b[31mred\x1b[0m\x07 \u202eevil"
 QUESTION = "What did Tomás paste into the canoe log?"
@@ -34,6 +35,8 @@ def saved(tmp_path_factory):
         mem.consolidate()
         mem.save(path)
         r = mem.retrieve(QUESTION)
+        with MagmaMemory(embedder=mem.embedder) as empty:
+            empty.save(path.parent / "empty")
     return path, r
 
 
@@ -145,9 +148,25 @@ def test_explain_keeps_paths_back_to_their_anchor():
         explain(r, top=0, expansions=1)
 
 
+def test_only_the_memorys_fused_signals_are_reported():
+    cfg = RetrievalConfig(signal_weights={**{s: 1.0 for s in SIGNALS}, "time": 0.0},
+                          signal_top_k={**{s: 20 for s in SIGNALS}, "keyword_context": 0})
+    assert cfg.active_signals == ("vector", "keyword", "vector_context")
+    anchors = [Anchor(0, 0.03, {"vector": 2, "keyword": 1})]
+    r = Retrieval("q", "WHY", None, anchors, [_node(0)], [], "ctx", 1, [0], 1.0)
+    text = format_text(explain(r, top=5, expansions=0, signals=("vector", "keyword")))
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("anchors:"))
+    header, row = lines[at + 1].split(), lines[at + 2].split()
+    assert header == ["#", "event", "fused", "vector", "keyword", "text"]
+    assert row[:5] == ["1", "D:0", "0.0300", "2", "1"]
+    assert "paths: none (the beam search added no event to the anchors)" in text
+
+
 @pytest.mark.parametrize("args, message", [
     (("{missing}", QUESTION), "no such save folder"),
     (("{corrupt}", QUESTION), "manifest says"),
+    (("{empty}", QUESTION), "the memory holds no events"),
     (("{saved}", "   "), "the question is empty"),
     (("{saved}", QUESTION, "--date", "not a date"), "--date: cannot parse timestamp"),
     (("{saved}", QUESTION, "--top", "0"), "--top must be at least 1"),
@@ -158,7 +177,8 @@ def test_bad_input_is_one_line_and_exit_2(saved, tmp_path, args, message):
     for f in saved[0].iterdir():
         data = f.read_bytes()
         (corrupt / f.name).write_bytes(data[: len(data) // 2] if f.suffix == ".safetensors" else data)
-    where = {"missing": tmp_path / "nothing-here", "corrupt": corrupt, "saved": saved[0]}
+    where = {"missing": tmp_path / "nothing-here", "corrupt": corrupt, "saved": saved[0],
+             "empty": saved[0].parent / "empty"}
     done = magma_explain(*(a.format(**where) for a in args), cwd=tmp_path)
     errors = [line for line in done.stderr.splitlines() if line.startswith("magma-explain: error:")]
     assert done.returncode == 2 and len(errors) == 1 and message in errors[0], done.stderr

@@ -55,8 +55,11 @@ def run(args: argparse.Namespace) -> str:
     except (FileNotFoundError, CorruptSaveError) as err:
         raise ExplainError(f"cannot load memory: {err}") from None
     with mem:
+        if len(mem.store) == 0:
+            raise ExplainError(f"{args.memory}: the memory holds no events")
         mem.consolidate()   # a saved slow-path queue: explain the memory as it is once consolidated
-        ex = explain(mem.retrieve(args.question, when, args.budget_tokens), args.top, args.expansions, when)
+        ex = explain(mem.retrieve(args.question, when, args.budget_tokens), args.top, args.expansions, when,
+                     mem.retriever.cfg.active_signals)
     if args.html or args.png:
         page = render_html(ex)
         if args.html:

@@ -103,7 +103,7 @@ def _svg(ex: Explanation) -> tuple[str, int, int]:
     for d in range(depth + 1):
         y = TOP + RADIUS + ROW * d
         parts.append(_el("line", x1=GUTTER - 8, y1=y, x2=width - 10, y2=y, stroke="#eef0f4")
-                     + _el("text", "anchors" if d == 0 else f"depth {d}", x=6, y=y + 4, font_size=12, fill="#667"))
+                     + _el("text", f"depth {d}" if d else "anchors" if ex.retrieval.anchors else "events", x=6, y=y + 4, font_size=12, fill="#667"))
     parts += [_edge(n, pos) for n in ex.nodes if n.reached_by is not None]
     parts += [_node(ex, n, pos, bottom) for n in ex.nodes]
     svg = _el("svg", "".join(parts), xmlns="http://www.w3.org/2000/svg", width=width, height=height, role="img",

@@ -34,10 +34,12 @@ class Explanation:
         return [n.reached_by for n in self.nodes if n.reached_by is not None]
 
 
-def explain(retrieval: Retrieval, top: int, expansions: int, query_time: datetime | None = None) -> Explanation:
+def explain(retrieval: Retrieval, top: int, expansions: int, query_time: datetime | None = None,
+            signals: tuple[str, ...] = SIGNALS) -> Explanation:
     """Keep the ``top`` most salient events and the ``expansions`` most salient events the
     beam search reached from an anchor, plus every event on their paths back to an anchor
-    (so each shown event's reason is shown too), and the ``top`` best anchors."""
+    (so each shown event's reason is shown too), and the ``top`` best anchors; ``signals``
+    are the rankings the memory fuses (``RetrievalConfig.active_signals``)."""
     if top < 1 or expansions < 0:
         raise ValueError(f"need top >= 1 and expansions >= 0, got top={top}, expansions={expansions}")
     rank = {n.id: i for i, n in enumerate(retrieval.nodes, 1)}
@@ -62,7 +64,7 @@ def explain(retrieval: Retrieval, top: int, expansions: int, query_time: datetim
     in_context = set(retrieval.context_ids)
     nodes = [ShownNode(by_id[v], rank[v], depth_of(v), anchor_rank.get(v), parent.get(v), v in in_context)
              for v in sorted(shown, key=rank.__getitem__)]
-    return Explanation(retrieval, query_time, nodes, retrieval.anchors[:top], SIGNALS,
+    return Explanation(retrieval, query_time, nodes, retrieval.anchors[:top], signals,
                        len(retrieval.nodes) - len(nodes))
 
 

@@ -45,6 +45,12 @@ class RetrievalConfig:
     score_dtype: str = "float32"
     mode: str = "graph"               # "graph": Algorithm 1; "full_context": all events, newest kept
 
+    @property
+    def active_signals(self) -> tuple[str, ...]:
+        """The rankings fused into anchors: those with a positive weight and a non-empty list."""
+        return tuple(s for s in SIGNALS
+                     if float(self.signal_weights.get(s, 0.0)) > 0 and int(self.signal_top_k.get(s, 0)) > 0)
+
 @dataclass(frozen=True)
 class RetrievedNode:
     id: int
@@ -130,7 +136,7 @@ class Retriever:
         """RRF over the dense, keyword and time rankings, and over the dense and keyword
         rankings of each event's temporal-context view."""
         cfg, n, dev = self.cfg, snap.num_events, q.device
-        on = {s: float(cfg.signal_weights.get(s, 0.0)) > 0 and int(cfg.signal_top_k.get(s, 0)) > 0 for s in SIGNALS}
+        on = {s: s in cfg.active_signals for s in SIGNALS}
         k = {s: int(cfg.signal_top_k.get(s, 0)) for s in SIGNALS}
         ctx = cfg.context
         n_cand = ctx.candidates if on["vector_context"] or on["keyword_context"] else 0
