@@ -16,6 +16,7 @@ from magma_torch.explain.screenshot import ScreenshotError, screenshot
 from magma_torch.explain.subgraph import explain
 from magma_torch.explain.terminal import format_text
 from magma_torch.ingest.temporal import parse_timestamp
+from magma_torch.memory import MagmaMemory
 from magma_torch.store.persistence import CorruptSaveError
 
 
@@ -48,8 +49,6 @@ def run(args: argparse.Namespace) -> str:
         when = parse_timestamp(args.date) if args.date is not None else None
     except ValueError as err:
         raise ExplainError(f"--date: {err}") from None
-    from magma_torch.memory import MagmaMemory   # after the cheap checks: loading pulls in torch and the embedder
-
     try:
         mem = MagmaMemory.load(args.memory)
     except (FileNotFoundError, CorruptSaveError) as err:
