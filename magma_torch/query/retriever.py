@@ -45,6 +45,12 @@ class RetrievalConfig:
     score_dtype: str = "float32"
     mode: str = "graph"               # "graph": Algorithm 1; "full_context": all events, newest kept
 
+    @property
+    def active_signals(self) -> tuple[str, ...]:
+        """The rankings fused into anchors: those with a positive weight and a non-empty list."""
+        return tuple(s for s in SIGNALS
+                     if float(self.signal_weights.get(s, 0.0)) > 0 and int(self.signal_top_k.get(s, 0)) > 0)
+
 @dataclass(frozen=True)
 class RetrievedNode:
     id: int
@@ -84,6 +90,7 @@ class Retrieval:
     context_ids: list[int]
     retrieval_ms: float
     truncated: bool = False            # full_context: earlier turns were cut to fit the budget
+    intent_probs: dict[str, float] = field(default_factory=dict)  # classifier softmax; {} without one
 
     @property
     def source_ids(self) -> list[str]:
@@ -104,7 +111,9 @@ class Retriever:
         budget = self.cfg.budget_tokens if budget_tokens is None else budget_tokens
         q = self.embedder.encode(questions).to(snap.embeddings.device)
         started = time.perf_counter()
-        intents = self._intents(q)
+        probs = self._intent_probs(q)
+        intents = probs.argmax(dim=-1) if probs is not None else torch.full(
+            (len(questions),), INTENTS.index("ENTITY"), dtype=torch.long, device=q.device)
         windows = [question_time_window(text, t) for text, t in zip(questions, query_times)]
         if self.cfg.mode == "full_context":
             out = self._full_context(snap, questions, intents, windows, budget)
@@ -113,20 +122,21 @@ class Retriever:
             result = self._expand(snap, q, intents, anchors)
             out = self._assemble(snap, questions, intents, windows, anchors, result, budget)
         per_query_ms = (time.perf_counter() - started) * 1000 / max(len(questions), 1)
-        for r in out:
+        for b, r in enumerate(out):
             r.retrieval_ms = per_query_ms
+            if probs is not None:
+                r.intent_probs = dict(zip(INTENTS, probs[b].tolist()))
         return out
 
-    def _intents(self, q: torch.Tensor) -> torch.Tensor:
-        if self.intent is None:
-            return torch.full((q.shape[0],), INTENTS.index("ENTITY"), dtype=torch.long, device=q.device)
-        return self.intent.predict(q).to(q.device)
+    def _intent_probs(self, q: torch.Tensor) -> torch.Tensor | None:
+        """[B, len(INTENTS)] intent probabilities; None without a classifier (every query is ENTITY)."""
+        return None if self.intent is None else self.intent.probabilities(q).to(q.device)
 
     def _anchors(self, snap: StoreSnapshot, questions, q, windows):
         """RRF over the dense, keyword and time rankings, and over the dense and keyword
         rankings of each event's temporal-context view."""
         cfg, n, dev = self.cfg, snap.num_events, q.device
-        on = {s: float(cfg.signal_weights.get(s, 0.0)) > 0 and int(cfg.signal_top_k.get(s, 0)) > 0 for s in SIGNALS}
+        on = {s: s in cfg.active_signals for s in SIGNALS}
         k = {s: int(cfg.signal_top_k.get(s, 0)) for s in SIGNALS}
         ctx = cfg.context
         n_cand = ctx.candidates if on["vector_context"] or on["keyword_context"] else 0

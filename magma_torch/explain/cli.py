@@ -1,0 +1,94 @@
+"""``magma-explain MEMORY_DIR QUESTION``: why a saved memory retrieves what it retrieves.
+
+Prints the intent, the anchors with their rank in each RRF ranking, the beam-search paths
+and the linearised context; ``--html`` writes a self-contained page of the retrieved
+subgraph and ``--png`` a screenshot of it taken by headless chromium.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from magma_torch.explain.html_view import render_html
+from magma_torch.explain.screenshot import ScreenshotError, screenshot
+from magma_torch.explain.subgraph import explain
+from magma_torch.explain.terminal import format_text
+from magma_torch.ingest.temporal import parse_timestamp
+from magma_torch.memory import MagmaMemory
+from magma_torch.store.persistence import CorruptSaveError
+
+
+class ExplainError(ValueError):
+    """Bad input to magma-explain; the message names the argument, folder or file."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="magma-explain", description=__doc__.split("\n\n")[0])
+    p.add_argument("memory", type=Path, help="a folder written by MagmaMemory.save")
+    p.add_argument("question")
+    p.add_argument("--date", help='when the question is asked, e.g. "2023-05-08 13:56" (resolves "last week")')
+    p.add_argument("--top", type=int, default=15, help="most salient events and best anchors shown (default 15)")
+    p.add_argument("--expansions", type=int, default=10,
+                   help="most salient beam-search expansions shown with their paths (default 10)")
+    p.add_argument("--budget-tokens", type=int, help="context budget (default: the memory's config)")
+    p.add_argument("--html", type=Path, help="write the subgraph view to this HTML file")
+    p.add_argument("--png", type=Path, help="write a screenshot of the subgraph view to this PNG file")
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> str:
+    """Explain one question; writes the requested files and returns the terminal text."""
+    if not args.question.strip():
+        raise ExplainError("the question is empty")
+    if args.top < 1 or args.expansions < 0:
+        raise ExplainError(f"--top must be at least 1 and --expansions at least 0, got {args.top} and "
+                           f"{args.expansions}")
+    try:
+        when = parse_timestamp(args.date) if args.date is not None else None
+    except ValueError as err:
+        raise ExplainError(f"--date: {err}") from None
+    try:
+        mem = MagmaMemory.load(args.memory)
+    except (FileNotFoundError, CorruptSaveError) as err:
+        raise ExplainError(f"cannot load memory: {err}") from None
+    with mem:
+        if len(mem.store) == 0:
+            raise ExplainError(f"{args.memory}: the memory holds no events")
+        mem.consolidate()   # a saved slow-path queue: explain the memory as it is once consolidated
+        ex = explain(mem.retrieve(args.question, when, args.budget_tokens), args.top, args.expansions, when,
+                     mem.retriever.cfg.active_signals)
+    if args.html or args.png:
+        page = render_html(ex)
+        if args.html:
+            _write(args.html, page.html)
+        if args.png:
+            with tempfile.TemporaryDirectory(prefix="magma-explain-") as tmp:
+                html = args.html or Path(tmp) / "explain.html"
+                if not args.html:
+                    _write(html, page.html)
+                screenshot(html, args.png, page.width, page.height)
+    return format_text(ex)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise ExplainError(f"cannot write {path}: {err.strerror}") from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        text = run(args)
+    except (ExplainError, ScreenshotError) as err:
+        print(f"magma-explain: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Event text as data: characters that would act on a terminal or a page are shown escaped."""
+from __future__ import annotations
+
+import unicodedata
+
+# Bidirectional overrides and isolates reorder the text around them ("Trojan Source").
+_BIDI = {"\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
+_ACTIVE_CATEGORIES = {"Cc", "Cs", "Zl", "Zp"}   # controls, lone surrogates, line/paragraph separators
+
+
+def printable(text: str, keep_newlines: bool = False) -> str:
+    """``text`` with control, bidi and separator characters written as ``\\xNN`` / ``\\uNNNN``."""
+    return "".join(_escape(c) if _active(c, keep_newlines) else c for c in text)
+
+
+def _active(c: str, keep_newlines: bool) -> bool:
+    if keep_newlines and c == "\n":
+        return False
+    return c in _BIDI or unicodedata.category(c) in _ACTIVE_CATEGORIES
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -1,0 +1,79 @@
+"""The part of a retrieval worth looking at: the most salient events, each with the reason
+it was retrieved (an anchor's RRF ranks, or the edge the beam search reached it by), and
+the anchors and path edges that lead to them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievedNode, Retrieval
+
+
+@dataclass(frozen=True)
+class ShownNode:
+    node: RetrievedNode
+    rank: int                        # 1-based salience rank among all retrieved events
+    depth: int                       # beam-search depth: 0 for anchors
+    anchor_rank: int | None          # 1-based position in the fused anchor list, None if not an anchor
+    reached_by: PathEdge | None      # the edge the beam search reached the event by; None for anchors
+    in_context: bool                 # its block is in the linearised context
+
+
+@dataclass(frozen=True)
+class Explanation:
+    retrieval: Retrieval
+    query_time: datetime | None
+    nodes: list[ShownNode]           # salience order: the top events and the paths' events leading to them
+    anchors: list[Anchor]            # the best anchors, fused RRF order
+    signals: tuple[str, ...]         # RRF rankings, in the order the ranks are reported
+    hidden_nodes: int                # retrieved events not shown
+
+    @property
+    def edges(self) -> list[PathEdge]:
+        """Path edges between shown events, in salience order of their target."""
+        return [n.reached_by for n in self.nodes if n.reached_by is not None]
+
+
+def explain(retrieval: Retrieval, top: int, expansions: int, query_time: datetime | None = None,
+            signals: tuple[str, ...] = SIGNALS) -> Explanation:
+    """Keep the ``top`` most salient events and the ``expansions`` most salient events the
+    beam search reached from an anchor, plus every event on their paths back to an anchor
+    (so each shown event's reason is shown too), and the ``top`` best anchors; ``signals``
+    are the rankings the memory fuses (``RetrievalConfig.active_signals``)."""
+    if top < 1 or expansions < 0:
+        raise ValueError(f"need top >= 1 and expansions >= 0, got top={top}, expansions={expansions}")
+    rank = {n.id: i for i, n in enumerate(retrieval.nodes, 1)}
+    by_id = {n.id: n for n in retrieval.nodes}
+    parent = {e.dst: e for e in retrieval.paths}
+    anchor_rank = {a.id: i for i, a in enumerate(retrieval.anchors, 1)}
+    picked = [n.id for n in retrieval.nodes[:top]] + [n.id for n in retrieval.nodes if n.id in parent][:expansions]
+    shown: set[int] = set()
+    for v in picked:
+        while v not in shown:          # walk up to the anchor the path started from
+            shown.add(v)
+            if v not in parent:
+                break
+            v = parent[v].src
+    depth: dict[int, int] = {}
+
+    def depth_of(v: int) -> int:
+        if v not in depth:
+            depth[v] = 0 if v not in parent else depth_of(parent[v].src) + 1
+        return depth[v]
+
+    in_context = set(retrieval.context_ids)
+    nodes = [ShownNode(by_id[v], rank[v], depth_of(v), anchor_rank.get(v), parent.get(v), v in in_context)
+             for v in sorted(shown, key=rank.__getitem__)]
+    return Explanation(retrieval, query_time, nodes, retrieval.anchors[:top], signals,
+                       len(retrieval.nodes) - len(nodes))
+
+
+def event_ref(node: RetrievedNode) -> str:
+    """The reference the context uses for an event: its dataset id, else E<id>."""
+    return node.source_ids[0] if node.source_ids else f"E{node.id}"
+
+
+def split_relation(relation: str) -> tuple[str, str | None]:
+    """"entity:<name>" -> ("entity", name); any other relation -> (relation, None)."""
+    kind, _, entity = relation.partition(":")
+    return kind, entity or None

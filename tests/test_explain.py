@@ -1,0 +1,197 @@
+"""magma-explain: intent, anchors with per-signal RRF ranks, beam paths and context, as terminal
+text, a self-contained HTML page whose event text is data, and a PNG rendered by headless chromium."""
+import hashlib
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from magma_torch import MagmaMemory
+from magma_torch.eval.datasets import load_demo
+from magma_torch.eval.runner import records
+from magma_torch.explain import explain
+from magma_torch.explain.cli import main
+from magma_torch.explain import screenshot as screenshot_module
+from magma_torch.explain.html_view import ANCHOR_FILL
+from magma_torch.explain.printable import printable
+from magma_torch.explain.screenshot import ScreenshotError, find_browser, screenshot
+from magma_torch.query.intent import INTENTS
+from magma_torch.explain.terminal import format_text
+from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievalConfig, RetrievedNode, Retrieval
+
+HOSTILE = "Tomás pasted <script>alert('x')</script> into the canoe log \x1b[31mred\x1b[0m\x07 \u202eevil"
+QUESTION = "What did Tomás paste into the canoe log?"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The first demo conversation plus an event with markup and control characters, saved."""
+    path = tmp_path_factory.mktemp("explain") / "mem"
+    with MagmaMemory() as mem:
+        mem.add_many(records(load_demo()[0]))
+        mem.add(HOSTILE, "2023-06-01 10:00", speaker="Tomás <b>", source_id="X:1")
+        mem.consolidate()
+        mem.save(path)
+        r = mem.retrieve(QUESTION)
+        with MagmaMemory(embedder=mem.embedder) as empty:
+            empty.save(path.parent / "empty")
+    return path, r
+
+
+def magma_explain(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "magma_torch.explain.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def digest(folder: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def explained(saved, tmp_path_factory):
+    """One magma-explain run with --html: (completed process, html text), and the save folder untouched."""
+    path, _ = saved
+    html = tmp_path_factory.mktemp("html") / "view.html"
+    before = digest(path)
+    done = magma_explain(path, QUESTION, "--html", html)
+    assert done.returncode == 0, done.stderr
+    assert digest(path) == before, "explaining must not write the saved memory"
+    return done, html.read_text(encoding="utf-8")
+
+
+def test_retrieval_carries_intent_probabilities(saved):
+    _, r = saved
+    assert set(r.intent_probs) == set(INTENTS)
+    assert sum(r.intent_probs.values()) == pytest.approx(1.0, abs=1e-5)
+    assert max(r.intent_probs, key=r.intent_probs.get) == r.intent
+
+
+def test_text_names_intent_anchor_ranks_paths_and_context(saved, explained):
+    _, r = saved
+    out = explained[0].stdout
+    assert f"intent: {r.intent}" in out and all(f"{k} {v:.2f}" in out for k, v in r.intent_probs.items())
+    header = next(line for line in out.splitlines() if line.strip().startswith("#   event"))
+    assert all(s in header for s in SIGNALS)
+    best = r.anchors[0]
+    first = next(line for line in out.splitlines() if line.startswith("  1 "))
+    assert f"{best.rrf:.4f}" in first
+    assert first.split()[3:3 + len(SIGNALS)] == [str(best.ranks.get(s, "-")) for s in SIGNALS]
+    assert r.paths, "the demo memory's beam search expands its anchors"
+    assert "-->" in out and "edge" in out and "from " in out
+    assert f"context ({r.context_tokens} tokens):" in out
+    # event text is data: no escape sequence or bidi override reaches the terminal
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "\\x1b[31mred" in out and "\\u202eevil" in out
+
+
+def test_html_is_self_contained_and_shows_event_markup_as_text(explained):
+    page = explained[1]
+    assert "<script" not in page.lower(), "no script at all: neither ours nor one from event text"
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "Tomás &lt;b&gt;" in page and "Tomás <b>" not in page
+    assert "\x1b" not in page and "\\x1b[31mred" in page
+    assert "default-src 'none'" in page                      # the page may fetch nothing
+    assert "src=" not in page and "url(http" not in page and "<link" not in page
+    assert page.count("<circle") >= 10 and "marker-end" in page
+
+
+@pytest.mark.skipif(find_browser() is None,
+                    reason="no chromium on PATH (`make test` installs Debian's chromium; apt failed or not root)")
+def test_png_is_a_rendered_subgraph(saved, tmp_path):
+    path, _ = saved
+    png = tmp_path / "view.png"
+    done = magma_explain(path, QUESTION, "--png", png)
+    assert done.returncode == 0, done.stderr
+    with Image.open(png) as img:
+        assert img.format == "PNG"
+        rgb = img.convert("RGB")
+    w, h = rgb.size
+    assert w >= 1000 and h >= 600
+    colours = rgb.getcolors(maxcolors=w * h)
+    assert len(colours) > 200, "anti-aliased text and a coloured graph have many colours"
+    white = max(count for count, c in colours if c == (255, 255, 255))
+    assert white < 0.95 * w * h, "not a blank page"
+    gold = tuple(int(ANCHOR_FILL[i:i + 2], 16) for i in (1, 3, 5))
+    assert sum(count for count, c in colours if c == gold) > 2000, "anchor nodes of the graph are drawn"
+
+
+def test_printable_escapes_active_characters_only():
+    assert printable("a\x1b[0mb\x00\u2028\u202e\u2066") == "a\\x1b[0mb\\x00\\u2028\\u202e\\u2066"
+    assert printable("café 😀 ok\n") == "café 😀 ok\\x0a"
+    assert printable("line\nnext\t", keep_newlines=True) == "line\nnext\\x09"
+    assert printable("\ud800") == "\\ud800"
+
+
+def _node(i):
+    return RetrievedNode(i, f"event {i}", datetime(2023, 1, 1 + i, tzinfo=timezone.utc), [f"D:{i}"], 10.0 - i,
+                         None, 3)
+
+
+def test_explain_keeps_paths_back_to_their_anchor():
+    # anchors 0 and 1; 2 <- 0 (entity), 3 <- 2 (temporal), 4 <- 1 (semantic); salience = id order
+    paths = [PathEdge(0, 2, "entity:ana", 5.0), PathEdge(2, 3, "temporal", 4.0), PathEdge(1, 4, "semantic", 3.0)]
+    anchors = [Anchor(0, 0.03, {"vector": 1}), Anchor(1, 0.02, {"keyword": 1, "time": 2})]
+    r = Retrieval("q", "ENTITY", None, anchors, [_node(i) for i in range(5)], paths, "ctx", 1, [0, 2], 1.0)
+    ex = explain(r, top=1, expansions=1)
+    # the top event (0) and the best expansion (2) with its path back to anchor 0
+    assert [n.node.id for n in ex.nodes] == [0, 2]
+    assert [(n.depth, n.anchor_rank, n.in_context) for n in ex.nodes] == [(0, 1, True), (1, None, True)]
+    assert ex.edges == [paths[0]] and ex.hidden_nodes == 3
+    deep = explain(r, top=1, expansions=2)
+    assert [n.node.id for n in deep.nodes] == [0, 2, 3]
+    assert [n.depth for n in deep.nodes] == [0, 1, 2] and deep.nodes[2].in_context is False
+    wide = explain(r, top=2, expansions=3)
+    assert [n.node.id for n in wide.nodes] == [0, 1, 2, 3, 4] and len(wide.anchors) == 2
+    with pytest.raises(ValueError, match="top"):
+        explain(r, top=0, expansions=1)
+
+
+def test_only_the_memorys_fused_signals_are_reported():
+    cfg = RetrievalConfig(signal_weights={**{s: 1.0 for s in SIGNALS}, "time": 0.0},
+                          signal_top_k={**{s: 20 for s in SIGNALS}, "keyword_context": 0})
+    assert cfg.active_signals == ("vector", "keyword", "vector_context")
+    anchors = [Anchor(0, 0.03, {"vector": 2, "keyword": 1})]
+    r = Retrieval("q", "WHY", None, anchors, [_node(0)], [], "ctx", 1, [0], 1.0)
+    text = format_text(explain(r, top=5, expansions=0, signals=("vector", "keyword")))
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("anchors:"))
+    header, row = lines[at + 1].split(), lines[at + 2].split()
+    assert header == ["#", "event", "fused", "vector", "keyword", "text"]
+    assert row[:5] == ["1", "D:0", "0.0300", "2", "1"]
+    assert "paths: none (the beam search added no event to the anchors)" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (("{missing}", QUESTION), "no such save folder"),
+    (("{corrupt}", QUESTION), "manifest says"),
+    (("{empty}", QUESTION), "the memory holds no events"),
+    (("{saved}", "   "), "the question is empty"),
+    (("{saved}", QUESTION, "--date", "not a date"), "--date: cannot parse timestamp"),
+    (("{saved}", QUESTION, "--top", "0"), "--top must be at least 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(saved, tmp_path, args, message, capsys):
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    for f in saved[0].iterdir():
+        data = f.read_bytes()
+        (corrupt / f.name).write_bytes(data[: len(data) // 2] if f.suffix == ".safetensors" else data)
+    where = {"missing": tmp_path / "nothing-here", "corrupt": corrupt, "saved": saved[0],
+             "empty": saved[0].parent / "empty"}
+    with pytest.raises(SystemExit) as exit_:
+        main([a.format(**where) for a in args])
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if line.startswith("magma-explain: error:")]
+    assert exit_.value.code == 2 and len(errors) == 1 and message in errors[0], err
+    assert out == ""
+
+
+def test_screenshot_without_a_browser_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(screenshot_module.shutil, "which", lambda name: None)
+    page = tmp_path / "p.html"
+    page.write_text("<p>x</p>")
+    with pytest.raises(ScreenshotError, match="apt-get install chromium"):
+        screenshot(page, tmp_path / "p.png", 800, 600)
+    assert not (tmp_path / "p.png").exists()
