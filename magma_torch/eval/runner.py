@@ -16,7 +16,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from magma_torch.eval.datasets import DatasetError, Sample, load_dataset
+from magma_torch.eval.datasets import DatasetError, Sample, load_dataset, select_samples
 from magma_torch.eval.metrics import (percentile, recall_all_at_k, recall_all_at_tokens, recall_any_at_k)
 from magma_torch.config import group_options
 from magma_torch.eval.plots import plot_categories
@@ -142,7 +142,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
-    samples = load_dataset(cfg.dataset.name, cfg.dataset.get("path"))[: cfg.dataset.get("limit")]
+    d = cfg.dataset
+    samples = select_samples(load_dataset(d.name, d.get("path")), d.get("limit"), d.get("sample_ids"), d.get("shard"))
     reader = judge = None
     try:
         if qa or shared:
