@@ -30,9 +30,8 @@ class AggregateError(ValueError):
 
 def _shard_config(folder: Path):
     cfg = OmegaConf.load(folder / "config.yaml")
-    for key in PER_SHARD:
-        if OmegaConf.select(cfg, key, default=None) is not None:
-            OmegaConf.update(cfg, key, None)
+    for key in PER_SHARD:   # (out_dir holds a ${hydra:...} interpolation: set, never resolved)
+        OmegaConf.update(cfg, key, None, force_add=True)
     return cfg
 
 

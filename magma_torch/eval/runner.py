@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import hydra
+from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
@@ -223,6 +224,9 @@ def format_table(metrics: dict) -> str:
         cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if c.startswith("recall") or c in QA_METRICS else f"{m[c]:.1f}" for c in cols]
         lines.append(f"| {name} | {m['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+register_slurm_launcher()   # hydra/launcher=slurm, slurm_local
 
 
 @hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)
