@@ -1,4 +1,5 @@
 """experiments/report.py on small synthetic run folders: the paper's tables as Markdown and PNG."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -99,3 +100,19 @@ def test_folder_without_runs_is_one_line(tmp_path):
     proc = report(tmp_path / "empty", "--out", tmp_path / "out")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "no finished run" in proc.stderr
+
+
+def test_first_difference_of_two_rankings(tmp_path):
+    spec = importlib.util.spec_from_file_location("first_difference", REPORT.parent / "first_difference.py")
+    fd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fd)
+    assert fd.first_difference(["a", "b", "c"], ["a", "b", "c"]) is None
+    assert fd.first_difference(["a", "b", "c"], ["a", "x", "c"]) == 1
+    assert fd.first_difference(["a", "b"], ["a", "b", "c"]) == 2
+    for name, lists in (("base", [["a", "b", "c"], ["d", "e"]]), ("other", [["a", "b", "c"], ["d", "f"]])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "predictions.jsonl").write_text("".join(
+            json.dumps({"question_id": f"q{i}", "retrieved_sources": s, "context_sources": s[:1]}) + "\n"
+            for i, s in enumerate(lists)))
+    c = fd.compare(tmp_path / "base", tmp_path / "other")
+    assert (c["questions"], c["identical"], c["first_diff_min"], c["base_context_turns_median"]) == (2, 1, 1, 1)
