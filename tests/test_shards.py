@@ -15,7 +15,7 @@ from magma_torch.eval.runner import summarise
 def test_shards_are_disjoint_and_cover_every_sample():
     samples = load_demo()
     for n in (1, 2, 3, 5):
-        parts = [select_samples(samples, shard=f"{i}/{n}") for i in range(n)]
+        parts = [list(select_samples(iter(samples), shard=f"{i}/{n}")) for i in range(n)]
         ids = [s.sample_id for part in parts for s in part]
         assert sorted(ids) == sorted(s.sample_id for s in samples)
         assert max(map(len, parts)) - min(map(len, parts)) <= 1
@@ -25,15 +25,24 @@ def test_sample_ids_and_limit():
     samples = load_demo()
     last = samples[-1].sample_id
     assert [s.sample_id for s in select_samples(samples, sample_ids=[last])] == [last]
-    assert len(select_samples(samples, limit=2)) == 2
+    assert len(list(select_samples(samples, limit=2))) == 2
     with pytest.raises(DatasetError, match="no sample 'conv-404'"):
-        select_samples(samples, sample_ids=["conv-404"])
+        list(select_samples(samples, sample_ids=["conv-404"]))
 
 
 @pytest.mark.parametrize("bad", ["3/3", "1", "a/b", "-1/2", "0/0"])
 def test_bad_shard_names_the_setting(bad):
     with pytest.raises(DatasetError, match="dataset.shard"):
         select_samples(load_demo(), shard=bad)
+
+
+def test_bad_shard_stops_magma_run_before_any_work(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "dataset=demo", "dataset.shard=3/3",
+                           f"out_dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("magma-run: error: dataset.shard='3/3'")
+    assert not out.exists()
 
 
 def write_shard(folder, i, rows, cfg, edges=3):

@@ -144,7 +144,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
     d = cfg.dataset
-    samples = select_samples(load_dataset(d.name, d.get("path")), d.get("limit"), d.get("sample_ids"), d.get("shard"))
+    samples = list(select_samples(load_dataset(d.name, d.get("path")), d.get("limit"), d.get("sample_ids"),
+                                  d.get("shard")))
     reader = judge = None
     try:
         if qa or shared:
