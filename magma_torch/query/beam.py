@@ -54,13 +54,15 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
                 dtype: torch.dtype = torch.float32) -> BeamResult:
     """Expand ``anchors`` [B, K] (-1 padded) for queries [B, d] with intents [B].
 
-    ``weights`` is the [num_intents, num_relations] matrix w[T_q, r].
+    ``weights`` is the [num_intents, num_relations] matrix w[T_q, r]; w = 0 removes relation r
+    from intent T_q's traversal.
     """
     device = queries.device
     n = graph.num_events
     b_size = queries.shape[0]
     q = queries.to(dtype)
-    lam_w = (cfg.lambda1 * weights.to(device, dtype))
+    w = weights.to(device, dtype)
+    lam_w = cfg.lambda1 * w
     valid = anchors >= 0
     a_q = torch.arange(b_size, device=device)[:, None].expand_as(anchors)[valid]
     a_n = anchors[valid]
@@ -90,7 +92,9 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
         rel = torch.cat([rel, rel2])
         via = torch.cat([via, ent[seg2]])
         c_q, c_p, c_ps = f_q[seg], f_n[seg], f_s[seg]
-        ok = (nbr != c_p) & (nbr < n)
+        # A relation weighted 0 for the query's intent is removed, not merely down-weighted
+        # (exp(0) would still score it): this is how the ablation configs switch a graph off.
+        ok = (nbr != c_p) & (nbr < n) & (w[intents[c_q], rel] != 0)
         keys = c_q * n + nbr
         if visited.numel():
             pos = torch.searchsorted(visited, keys).clamp(max=visited.numel() - 1)

@@ -50,7 +50,7 @@ def reference_beam_search(event_adj, entity_lists, embeddings: Sequence[Sequence
             neighbours = list(event_adj.get(u, []))
             neighbours += [(v, "entity") for e in mentions.get(u, []) for v in mentioned_by.get(e, [])]
             for v, rel in neighbours:
-                if v == u or v in visited:
+                if v == u or v in visited or intent_weights[rel] == 0:  # weight 0: relation removed
                     continue
                 c = cos(v)
                 if c < cfg.drop_threshold:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from .base import DatasetError, Question, Sample, Turn
 from .demo import load_demo
 from .locomo import load_locomo
+from .select import select_samples
 
-__all__ = ["Turn", "Question", "Sample", "DatasetError", "load_locomo", "load_demo", "load_dataset"]
+__all__ = ["Turn", "Question", "Sample", "DatasetError", "load_locomo", "load_demo", "load_dataset", "select_samples"]
 
 DATASETS = ("locomo", "demo")
 

@@ -1,0 +1,105 @@
+"""Selecting samples for one shard, and merging shard run folders back (magma-aggregate)."""
+import json
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from magma_torch.eval.aggregate import AggregateError, aggregate
+from magma_torch.eval.datasets import DatasetError, load_demo, select_samples
+from magma_torch.eval.runner import summarise
+
+
+def test_shards_are_disjoint_and_cover_every_sample():
+    samples = load_demo()
+    for n in (1, 2, 3, 5):
+        parts = [list(select_samples(iter(samples), shard=f"{i}/{n}")) for i in range(n)]
+        ids = [s.sample_id for part in parts for s in part]
+        assert sorted(ids) == sorted(s.sample_id for s in samples)
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_sample_ids_and_limit():
+    samples = load_demo()
+    last = samples[-1].sample_id
+    assert [s.sample_id for s in select_samples(samples, sample_ids=[last])] == [last]
+    assert len(list(select_samples(samples, limit=2))) == 2
+    with pytest.raises(DatasetError, match="no sample 'conv-404'"):
+        list(select_samples(samples, sample_ids=["conv-404"]))
+
+
+@pytest.mark.parametrize("bad", ["3/3", "1", "a/b", "-1/2", "0/0"])
+def test_bad_shard_names_the_setting(bad):
+    with pytest.raises(DatasetError, match="dataset.shard"):
+        select_samples(load_demo(), shard=bad)
+
+
+def test_bad_shard_stops_magma_run_before_any_work(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "dataset=demo", "dataset.shard=3/3",
+                           f"out_dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("magma-run: error: dataset.shard='3/3'")
+    assert not out.exists()
+
+
+def write_shard(folder, i, rows, cfg, edges=3):
+    folder.mkdir(parents=True)
+    OmegaConf.save(OmegaConf.merge(cfg, {"dataset": {"shard": f"{i}/2"}, "out_dir": str(folder)}),
+                   folder / "config.yaml")
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    metrics = {"dataset": "demo", "memory": "magma", "n_questions": len(rows),
+               "overall": summarise(rows, cfg.task), "by_category": {"temporal": summarise(rows, cfg.task)},
+               "build": {"events": 10, "entities": 2, "fast_path_s": 1.5, "consolidation_s": 0.5,
+                         "edges": {"temporal": edges, "semantic": 1, "causal": 0, "entity": 4}}}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+
+
+def row(qid, hit):
+    return {"question_id": qid, "category": "temporal", "context_tokens": 100, "retrieval_ms": 2.0,
+            "recall_all@5": hit, "recall_all@10": hit, "recall_any@10": 1.0, "recall_all@1000tok": hit,
+            "recall_all@2000tok": hit}
+
+
+@pytest.fixture
+def cfg():
+    with initialize_config_module("magma_torch.conf", version_base=None):
+        return compose("config", overrides=["dataset=demo", "progress=false"])
+
+
+def test_merge_recomputes_metrics_from_rows(tmp_path, cfg):
+    a, b = tmp_path / "shard_0", tmp_path / "shard_1"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 0.0), row("s1/q1", 0.0), row("s1/q2", 1.0)], cfg, edges=5)
+    m = aggregate([a, b], tmp_path / "merged")
+    assert m["n_questions"] == 4
+    assert m["overall"]["recall_all@10"] == pytest.approx(0.5)        # 2 of 4, not the mean of 1.0 and 1/3
+    assert m["by_category"]["temporal"]["n"] == 4
+    assert m["build"]["events"] == 20 and m["build"]["edges"]["temporal"] == 8
+    assert m["build"]["fast_path_s"] == pytest.approx(3.0)
+    merged = tmp_path / "merged"
+    assert len((merged / "predictions.jsonl").read_text().splitlines()) == 4
+    assert json.loads((merged / "metrics.json").read_text()) == m
+    assert (merged / "recall_by_category.png").stat().st_size > 1000
+
+
+def test_unfinished_overlapping_or_foreign_shards_are_refused(tmp_path, cfg):
+    a, b = tmp_path / "shard_0", tmp_path / "shard_1"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s0/q0", 1.0)], cfg)
+    with pytest.raises(AggregateError, match="more than one shard"):
+        aggregate([a, b], tmp_path / "m1")
+    (b / "metrics.json").unlink()
+    with pytest.raises(AggregateError, match="shard_1: no metrics.json"):
+        aggregate([a, b], tmp_path / "m2")
+    c = tmp_path / "shard_2"
+    write_shard(c, 1, [row("s2/q0", 1.0)], OmegaConf.merge(cfg, {"memory": {"name": "bm25"}}))
+    with pytest.raises(AggregateError, match="shard_2: its config.yaml differs"):
+        aggregate([a, c], tmp_path / "m3")
+    assert not (tmp_path / "m1").exists() and not (tmp_path / "m3").exists()
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.aggregate", "--out", str(tmp_path / "m4"),
+                           str(a), str(b)], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("magma-aggregate: error:")
+    assert len(proc.stderr.strip().splitlines()) == 1
