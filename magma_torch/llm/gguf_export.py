@@ -34,7 +34,8 @@ def export_gguf(out: str | Path, gguf: str | Path | None = None, dtype: str = "b
         raise FileNotFoundError(f"gguf_export: no GGUF file at {gguf}")
     kw = {"gguf_file": gguf.name}
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kw)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=getattr(torch, dtype), **kw)
+    # float32 is how transformers dequantises GGUF fastest; the copy below casts to ``dtype``
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
     cfg = loaded.config
     if hasattr(cfg, "quantization_config"):
         del cfg.quantization_config
