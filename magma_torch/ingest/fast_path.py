@@ -131,10 +131,8 @@ def _ingest(records: list[Mapping], store: MemoryStore, embedder: Embedder, cfg:
 
 def _link(store: MemoryStore, ids: list[int], emb: torch.Tensor, cfg: FastPathConfig) -> None:
     """Temporal edge to the stream's previous event; semantic edges to earlier neighbours."""
-    prev = store.events.prev.data[ids[0]:].cpu()
+    link_temporal(store, ids)
     new = torch.tensor(ids, dtype=torch.long)
-    has_prev = prev >= 0
-    store.graph.add_edges("temporal", prev[has_prev], new[has_prev])
     if cfg.semantic_k <= 0:
         return
     # The k nearest *earlier* events, as if the batch were added one event at a time: a
@@ -149,6 +147,14 @@ def _link(store: MemoryStore, ids: list[int], emb: torch.Tensor, cfg: FastPathCo
         keep &= torch.cumsum(keep.long(), 1) <= cfg.semantic_k   # results are in descending score
         src = rows[:, None].expand_as(nbrs)[keep]
         store.graph.add_edges("semantic", src, nbrs[keep], scores[keep])
+
+
+def link_temporal(store: MemoryStore, ids: list[int] | range) -> None:
+    """The immutable chain edge from each new event's stream predecessor to it."""
+    prev = store.events.prev.data[ids[0]:].cpu()
+    new = torch.arange(ids[0], ids[0] + len(ids), dtype=torch.long)
+    has_prev = prev >= 0
+    store.graph.add_edges("temporal", prev[has_prev], new[has_prev])
 
 
 def _warn_truncation(texts: list[str], names: list[str], embedder: Embedder) -> None:
