@@ -13,7 +13,6 @@ from datetime import datetime, timezone
 import torch
 
 from magma_torch.ingest.embedder import Embedder
-from magma_torch.ingest.temporal import parse_timestamp, resolve_dates
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
 
@@ -42,6 +41,8 @@ def _record_name(i: int, rec: Mapping) -> str:
 
 def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) -> tuple[list[EventRow], list[int | None]]:
     """Turn raw records into rows. Returns (new rows, per-record existing id or None)."""
+    from magma_torch.ingest.temporal import parse_timestamp, resolve_dates  # lazy: dateparser, text records only
+
     rows: list[EventRow] = []
     existing: list[int | None] = []
     seen: dict[str, int] = {}

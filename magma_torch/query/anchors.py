@@ -138,11 +138,13 @@ def context_scores(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig,
     window = chain_neighbours(cand, prev, nxt, n, ctx)
     if dense is not None:
         emb, q = dense
+        # [B, C, d] temporaries dominate the cost: one gather and one fused multiply-add per
+        # hop, and the normalisation applied to the [B, C] dot products, not the vectors.
         acc = emb[safe].float()
         for nb, w in window:
-            acc = acc + w * emb[nb.clamp(min=0)].float() * (nb >= 0).unsqueeze(-1)
-        acc = torch.nn.functional.normalize(acc, dim=-1)
-        score = (acc * q.float().unsqueeze(1)).sum(-1)
+            acc.addcmul_(emb[nb.clamp(min=0)].float(), (w * (nb >= 0)).unsqueeze(-1).to(acc.dtype))
+        dot = (acc * q.float().unsqueeze(1)).sum(-1)
+        score = dot / torch.linalg.vector_norm(acc, dim=-1).clamp(min=1e-12)
     else:
         score = torch.gather(keyword, 1, safe)
         for nb, w in window:
