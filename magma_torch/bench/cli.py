@@ -111,9 +111,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweep-events", type=int, nargs="+", help="sizes for --sweep (default: sweep.events)")
     ap.add_argument("--out-dir", help="--sweep output folder (default: sweep.out_dir)")
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: run.threads, else torch's)")
+    ap.add_argument("--vector-backend", choices=["auto", "faiss", "torch"],
+                    help="dense search for anchors and vector_rag (default: run.vector_backend)")
     ap.add_argument("--config", help="bench config file (default: the packaged conf/bench/default.yaml)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
+    if args.vector_backend:
+        cfg.run.vector_backend = args.vector_backend
     threads = args.threads or cfg.run.threads
     if threads:
         torch.set_num_threads(threads)
