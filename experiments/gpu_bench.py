@@ -30,7 +30,7 @@ sys.path.append(str(ROOT / "experiments" / "gpu_deps"))  # only for what the nod
 import torch  # noqa: E402
 
 from magma_torch.bench.cli import write_json  # noqa: E402
-from magma_torch.bench.measure import Bench, QueryPath, load_config  # noqa: E402
+from magma_torch.bench.measure import Bench, load_config, traffic_per_query  # noqa: E402
 
 
 def copy_bandwidth(device: torch.device, mbytes: int = 1024, repeats: int = 10) -> float:
@@ -46,30 +46,6 @@ def copy_bandwidth(device: torch.device, mbytes: int = 1024, repeats: int = 10) 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return 2 * src.numel() * repeats / (time.perf_counter() - t)
-
-
-def bytes_per_query(bench: Bench, batch: int) -> dict:
-    """Estimate of the memory traffic of one batch, per question.
-
-    Beam: every frontier node's CSR entries (neighbour + relation, int64 each) and a
-    visited-set probe per candidate (int64), and one embedding row per scored candidate
-    (an upper bound: repeated (query, node) pairs are scored once). Anchors: the flat
-    dense scan reads every embedding once per batch.
-    """
-    snap, q, windows = bench.snap, bench.questions[:batch], bench.windows[:batch]
-    _, _, res, _ = QueryPath(snap, bench.retriever, bench.device)(q, windows)
-    g = snap.graph
-    frontier = res.node[res.depth < bench.retriever.cfg.beam.max_depth]
-    adj = g.event_adj.degree(frontier).sum()
-    seg, ents, _ = g.event_entity.gather(frontier)
-    via_entity = g.entity_event.degree(ents).sum() + ents.numel()
-    candidates = int(adj + via_entity)
-    row = snap.embeddings.shape[1] * snap.embeddings.element_size()
-    beam = candidates * (8 + 8 + 8 + row)
-    anchors = snap.num_events * row
-    b = q.shape[0]
-    return {"batch": b, "candidates_per_query": candidates / b, "beam_bytes_per_query": beam / b,
-            "anchor_scan_bytes_per_query": anchors / b, "bytes_per_query": (beam + anchors) / b}
 
 
 def main() -> None:
@@ -90,7 +66,7 @@ def main() -> None:
         runs.append(bench.measure(batch, reference=batch == args.batches[-1], embed_question=False))
         print(json.dumps({k: runs[-1][k] for k in ("batch", "retrieval_qps", "retrieval_ms_p50",
                                                   "agreement_with_reference")}), flush=True)
-    traffic = bytes_per_query(bench, args.batches[-1])
+    traffic = traffic_per_query(bench, args.batches[-1])
     bandwidth = copy_bandwidth(dev)
     best = runs[-1]
     out = {"device": best["machine"], "events": args.events, "copy_bytes_per_s": bandwidth, **traffic,

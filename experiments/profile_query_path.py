@@ -8,7 +8,7 @@ import argparse
 
 import torch
 
-from magma_torch.bench.measure import Bench, QueryPath, load_config
+from magma_torch.bench.measure import Bench, QueryPath, load_config, traffic_per_query
 
 
 def main() -> None:
@@ -27,6 +27,7 @@ def main() -> None:
     with torch.profiler.profile() as prof:
         path(bench.questions[b:2 * b], bench.windows[b:2 * b])
     print({k: round(v * 1000 / b, 2) for k, v in path.phase_s.items()}, "ms per question")
+    print(traffic_per_query(bench, b))
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 

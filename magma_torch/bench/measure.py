@@ -280,6 +280,30 @@ class Bench:
         }
 
 
+def traffic_per_query(bench: Bench, batch: int) -> dict:
+    """Estimate of the memory traffic of one batch, per question.
+
+    Beam, an upper bound: every kept node below max_depth counts as expanded; each of its
+    candidates costs its CSR entry (neighbour + relation, int64 each), a visited-set probe
+    (int64) and an embedding row (repeated (query, node) pairs are in fact scored once).
+    Anchors: the flat dense scan reads every embedding once per batch.
+    """
+    snap, q, windows = bench.snap, bench.questions[:batch], bench.windows[:batch]
+    _, _, res, _ = QueryPath(snap, bench.retriever, bench.device)(q, windows)
+    g = snap.graph
+    frontier = res.node[res.depth < bench.retriever.cfg.beam.max_depth]
+    adj = g.event_adj.degree(frontier).sum()
+    _, ents, _ = g.event_entity.gather(frontier)
+    via_entity = g.entity_event.degree(ents).sum() + ents.numel()
+    candidates = int(adj + via_entity)
+    row = snap.embeddings.shape[1] * snap.embeddings.element_size()
+    beam = candidates * (8 + 8 + 8 + row)
+    anchors = snap.num_events * row
+    b = q.shape[0]
+    return {"batch": b, "candidates_per_query": candidates / b, "beam_bytes_per_query": beam / b,
+            "anchor_scan_bytes_per_query": anchors / b, "bytes_per_query": (beam + anchors) / b}
+
+
 def _agreement_over_batches(store, retriever, q_all, kept, batch, n_ref) -> tuple[float, float]:
     """Reference agreement over the first n_ref queries, from the kept batch outputs."""
     agree, time_s = [], 0.0
