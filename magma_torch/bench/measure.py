@@ -270,6 +270,7 @@ class Bench:
             "magma_over_vector_rag_time": vector_qps / retrieval_qps,
             "question_embedding_ms_p50": _question_embedding_ms(dev) if embed_question else None,
             "bytes_per_event": b["bytes_per_event"], "bytes_per_edge": b["bytes_per_edge"],
+            "bytes_per_entity": b["entity_bytes"] / max(len(self.store.entities), 1),
             "memory_measured_as": "torch.cuda.memory_allocated deltas" if dev.type == "cuda" else "RSS deltas",
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "gpu_peak_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
