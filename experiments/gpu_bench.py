@@ -52,7 +52,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--queries", type=int, default=16384, help="questions timed per batch size")
+    ap.add_argument("--queries", type=int, default=16384,
+                    help="questions built; batch b times min(this, max(256, 4 b)) of them")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64, 256, 1024, 4096])
     ap.add_argument("--reference-queries", type=int, default=100, help="checked against the reference (largest batch)")
     ap.add_argument("--json", default="gpu_bench.json")
@@ -63,7 +64,8 @@ def main() -> None:
     bench = Bench.build(cfg, args.events, args.queries, args.device)
     runs = []
     for batch in args.batches:
-        runs.append(bench.measure(batch, reference=batch == args.batches[-1], embed_question=False))
+        runs.append(bench.measure(batch, reference=batch == args.batches[-1], embed_question=False,
+                                  queries=min(args.queries, max(256, 4 * batch))))
         print(json.dumps({k: runs[-1][k] for k in ("batch", "retrieval_qps", "retrieval_ms_p50",
                                                   "agreement_with_reference")}), flush=True)
     traffic = traffic_per_query(bench, args.batches[-1])

@@ -223,9 +223,12 @@ class Bench:
         retriever = Retriever(None, IntentClassifier.load(device=dev), rcfg)
         return cls(cfg, dev, store, built.pop("snapshot"), retriever, q.to(dev), windows, built)
 
-    def measure(self, batch: int, reference: bool = True, embed_question: bool = True) -> dict:
-        """The magma-bench JSON record for batches of ``batch`` questions."""
-        rc, dev, snap, q_all, windows = self.cfg.run, self.device, self.snap, self.questions, self.windows
+    def measure(self, batch: int, reference: bool = True, embed_question: bool = True,
+                queries: int | None = None) -> dict:
+        """The magma-bench JSON record for batches of ``batch`` questions (the first
+        ``queries`` of the built ones; None: all)."""
+        rc, dev, snap = self.cfg.run, self.device, self.snap
+        q_all, windows = self.questions[:queries], self.windows[:queries]
         queries, events = q_all.shape[0], snap.num_events
         path = QueryPath(snap, self.retriever, dev)
         for _ in range(rc.warmup_batches):
