@@ -16,8 +16,6 @@ from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.temporal import parse_timestamp
 from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.base import LLM
-from magma_torch.query.anchors import ContextConfig
-from magma_torch.query.beam import BeamConfig
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
 from magma_torch.store import persistence
@@ -57,10 +55,8 @@ class MagmaMemory:
         self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path.batch_size,
                                      cfg.slow_path.window, background=cfg.slow_path.background,
                                      **self._caps())
-        r = OmegaConf.to_container(cfg.retrieval, resolve=True)
-        r["beam"] = BeamConfig(**r["beam"])
-        r["context"] = ContextConfig(**r["context"])
-        self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device), RetrievalConfig(**r))
+        self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device),
+                                   RetrievalConfig.from_mapping(OmegaConf.to_container(cfg.retrieval, resolve=True)))
 
     def _make_consolidator(self):
         c = self.consolidation_config

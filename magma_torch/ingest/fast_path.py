@@ -13,7 +13,6 @@ from datetime import datetime, timezone
 import torch
 
 from magma_torch.ingest.embedder import Embedder
-from magma_torch.ingest.temporal import parse_timestamp, resolve_dates
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
 
@@ -42,6 +41,8 @@ def _record_name(i: int, rec: Mapping) -> str:
 
 def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) -> tuple[list[EventRow], list[int | None]]:
     """Turn raw records into rows. Returns (new rows, per-record existing id or None)."""
+    from magma_torch.ingest.temporal import parse_timestamp, resolve_dates  # lazy: dateparser, text records only
+
     rows: list[EventRow] = []
     existing: list[int | None] = []
     seen: dict[str, int] = {}
@@ -131,10 +132,8 @@ def _ingest(records: list[Mapping], store: MemoryStore, embedder: Embedder, cfg:
 
 def _link(store: MemoryStore, ids: list[int], emb: torch.Tensor, cfg: FastPathConfig) -> None:
     """Temporal edge to the stream's previous event; semantic edges to earlier neighbours."""
-    prev = store.events.prev.data[ids[0]:].cpu()
+    link_temporal(store, ids)
     new = torch.tensor(ids, dtype=torch.long)
-    has_prev = prev >= 0
-    store.graph.add_edges("temporal", prev[has_prev], new[has_prev])
     if cfg.semantic_k <= 0:
         return
     # The k nearest *earlier* events, as if the batch were added one event at a time: a
@@ -149,6 +148,14 @@ def _link(store: MemoryStore, ids: list[int], emb: torch.Tensor, cfg: FastPathCo
         keep &= torch.cumsum(keep.long(), 1) <= cfg.semantic_k   # results are in descending score
         src = rows[:, None].expand_as(nbrs)[keep]
         store.graph.add_edges("semantic", src, nbrs[keep], scores[keep])
+
+
+def link_temporal(store: MemoryStore, ids: list[int] | range) -> None:
+    """The immutable chain edge from each new event's stream predecessor to it."""
+    prev = store.events.prev.data[ids[0]:].cpu()
+    new = torch.arange(ids[0], ids[0] + len(ids), dtype=torch.long)
+    has_prev = prev >= 0
+    store.graph.add_edges("temporal", prev[has_prev], new[has_prev])
 
 
 def _warn_truncation(texts: list[str], names: list[str], embedder: Embedder) -> None:

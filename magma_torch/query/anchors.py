@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from magma_torch.query.beam import pair_cosine
 from magma_torch.query.segment import lexsort, rank_in_group
 
 
@@ -54,26 +55,39 @@ def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: in
 
 
 def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Tensor, date_spans: torch.Tensor,
-                 embeddings: torch.Tensor, queries: torch.Tensor, top: int) -> torch.Tensor:
+                 embeddings: torch.Tensor, queries: torch.Tensor, top: int, mask_elements: int = 1 << 24) -> torch.Tensor:
     """Events whose timestamp or mentioned dates fall in the question's window, most similar
-    first; [B, top] ids, -1 padded (all -1 for questions without a window)."""
+    first (ties: lower id); [B, top] ids, -1 padded (all -1 for questions without a window).
+
+    Only in-window events are scored: the window test is a cheap elementwise pass over the
+    timestamps, made for a few questions at a time so no more than ``mask_elements``
+    booleans are alive, and cosines are computed for the (question, event) pairs it finds.
+    """
     b_size, n = len(windows), timestamps.numel()
     out = torch.full((b_size, top), -1, dtype=torch.long, device=queries.device)
     rows = [i for i, w in enumerate(windows) if w is not None]
-    if not rows or n == 0:
+    if not rows or n == 0 or top == 0:
         return out
-    lo = torch.tensor([windows[i][0] for i in rows], dtype=torch.float64, device=timestamps.device)[:, None]
-    hi = torch.tensor([windows[i][1] for i in rows], dtype=torch.float64, device=timestamps.device)[:, None]
-    in_ts = (timestamps[None] >= lo) & (timestamps[None] <= hi)
+    dev = timestamps.device
+    lo = torch.tensor([windows[i][0] for i in rows], dtype=torch.float64, device=dev)[:, None]
+    hi = torch.tensor([windows[i][1] for i in rows], dtype=torch.float64, device=dev)[:, None]
     start, end = date_spans[:, 0][None], date_spans[:, 1][None]
-    in_span = (start <= hi) & (end >= lo)          # NaN spans compare False
-    inside = in_ts | in_span
-    sim = queries[rows].to(embeddings.dtype) @ embeddings.T
-    sim = torch.where(inside, sim.float(), torch.full_like(sim, -math.inf, dtype=torch.float32))
-    k = min(top, n)
-    vals, idx = torch.topk(sim, k, dim=1)
-    idx = torch.where(torch.isfinite(vals), idx, torch.full_like(idx, -1))
-    out[torch.tensor(rows, device=out.device), :k] = idx.to(out.device)
+    step = max(1, mask_elements // n)
+    pair_row, pair_event = [], []
+    for a in range(0, len(rows), step):
+        l, h = lo[a:a + step], hi[a:a + step]
+        inside = ((timestamps[None] >= l) & (timestamps[None] <= h)) | ((start <= h) & (end >= l))  # NaN: False
+        r, e = inside.nonzero(as_tuple=True)
+        pair_row.append(r + a)
+        pair_event.append(e)
+    r, e = torch.cat(pair_row).to(queries.device), torch.cat(pair_event).to(queries.device)
+    row_ids = torch.tensor(rows, device=queries.device)
+    sim = pair_cosine(embeddings, queries, row_ids[r], e, torch.float32)
+    perm = lexsort((r, False), (sim, True), (e, False))
+    r, e = r[perm], e[perm]
+    pos = rank_in_group(r)
+    keep = pos < top
+    out[row_ids[r[keep]], pos[keep]] = e[keep]
     return out
 
 
@@ -124,11 +138,13 @@ def context_scores(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig,
     window = chain_neighbours(cand, prev, nxt, n, ctx)
     if dense is not None:
         emb, q = dense
+        # [B, C, d] temporaries dominate the cost: one gather and one fused multiply-add per
+        # hop, and the normalisation applied to the [B, C] dot products, not the vectors.
         acc = emb[safe].float()
         for nb, w in window:
-            acc = acc + w * emb[nb.clamp(min=0)].float() * (nb >= 0).unsqueeze(-1)
-        acc = torch.nn.functional.normalize(acc, dim=-1)
-        score = (acc * q.float().unsqueeze(1)).sum(-1)
+            acc.addcmul_(emb[nb.clamp(min=0)].float(), (w * (nb >= 0)).unsqueeze(-1).to(acc.dtype))
+        dot = (acc * q.float().unsqueeze(1)).sum(-1)
+        score = dot / torch.linalg.vector_norm(acc, dim=-1).clamp(min=1e-12)
     else:
         score = torch.gather(keyword, 1, safe)
         for nb, w in window:

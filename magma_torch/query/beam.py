@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magma_torch.query.segment import first_in_group, lexsort, rank_in_group
+from magma_torch.query.segment import lexsort, rank_in_group
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 
@@ -101,20 +101,22 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
             ok &= visited[pos] != keys
         c_q, c_p, c_ps, nbr, rel, via, keys = (t[ok] for t in (c_q, c_p, c_ps, nbr, rel, via, keys))
         # Hubs (a speaker's entity node) reach the same node from many parents: score each
-        # (query, node) pair once.
+        # (query, node) pair once. pair_keys is sorted, so pair order is (query, node).
         pair_keys, inverse = torch.unique(keys, return_inverse=True)
-        cos = pair_cosine(embeddings, q, pair_keys // n, pair_keys % n, dtype)[inverse]
-        ok = cos >= cfg.drop_threshold
-        c_q, c_p, c_ps, nbr, rel, via, keys, cos = (t[ok] for t in (c_q, c_p, c_ps, nbr, rel, via, keys, cos))
+        pair_cos = pair_cosine(embeddings, q, pair_keys // n, pair_keys % n, dtype)
+        ok = pair_cos[inverse] >= cfg.drop_threshold
+        c_q, c_p, c_ps, nbr, rel, via, inverse = (t[ok] for t in (c_q, c_p, c_ps, nbr, rel, via, inverse))
         if nbr.numel() == 0:
             break
-        score = cfg.gamma * c_ps + torch.exp(lam_w[intents[c_q], rel] + cfg.lambda2 * cos)
-        # Best incoming transition per (query, node); ties go to the lowest parent, then relation.
-        perm = lexsort((keys, False), (score, True), (c_p, False), (rel, False))
-        best = perm[first_in_group(keys[perm])]
+        score = cfg.gamma * c_ps + torch.exp(lam_w[intents[c_q], rel] + cfg.lambda2 * pair_cos[inverse])
+        # Best incoming transition per (query, node): highest score, then lowest parent, then
+        # relation, then the first candidate; segmented reductions instead of a 4-key sort.
+        best = _segment_argbest(inverse, pair_keys.numel(), score, c_p * len(REL_ID) + rel)
         c_q, c_p, nbr, rel, via, score = (t[best] for t in (c_q, c_p, nbr, rel, via, score))
-        # Per-query top beam_width (bounded by the remaining budget); ties to the lower node id.
-        perm = lexsort((c_q, False), (score, True), (nbr, False))
+        # Per-query top beam_width (bounded by the remaining budget); ties to the lower node id,
+        # which is the order the pairs are in already.
+        perm = torch.sort(score, descending=True, stable=True).indices
+        perm = perm[torch.sort(c_q[perm], stable=True).indices]
         c_q, c_p, nbr, rel, via, score = (t[perm] for t in (c_q, c_p, nbr, rel, via, score))
         take = rank_in_group(c_q) < torch.clamp(room[c_q], max=cfg.beam_width)
         c_q, c_p, nbr, rel, via, score = (t[take] for t in (c_q, c_p, nbr, rel, via, score))
@@ -125,6 +127,22 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
     return BeamResult(*(torch.cat(col) for col in zip(*parts)))
 
 
+def _segment_argbest(segment: torch.Tensor, num_segments: int, score: torch.Tensor,
+                     tie: torch.Tensor) -> torch.Tensor:
+    """Index of the best row of each non-empty segment, in segment order: highest score,
+    then lowest ``tie``, then lowest index."""
+    top = torch.full((num_segments,), -torch.inf, dtype=score.dtype, device=score.device)
+    top = top.scatter_reduce(0, segment, score, "amax")
+    cand = score == top[segment]
+    low = torch.full((num_segments,), torch.iinfo(tie.dtype).max, dtype=tie.dtype, device=tie.device)
+    low = low.scatter_reduce(0, segment[cand], tie[cand], "amin")
+    cand &= tie == low[segment]
+    rows = score.numel()
+    first = torch.full((num_segments,), rows, dtype=torch.long, device=score.device)
+    first = first.scatter_reduce(0, segment[cand], torch.arange(rows, device=score.device)[cand], "amin")
+    return first[first < rows]
+
+
 def relation_weights(intent_weights: dict[str, dict[str, float]], intents: tuple[str, ...]) -> torch.Tensor:
     """The [intent, relation] matrix w from the config mapping."""
     w = torch.zeros(len(intents), len(REL_ID))
@@ -132,3 +150,9 @@ def relation_weights(intent_weights: dict[str, dict[str, float]], intents: tuple
         for rel, j in REL_ID.items():
             w[i, j] = float(intent_weights[intent][rel])
     return w
+
+
+def salience_order(res: BeamResult) -> torch.Tensor:
+    """Permutation of ``res`` rows grouping queries in order, each by descending score
+    (ties: lower node id): the order retrieved nodes are handed out in."""
+    return lexsort((res.query, False), (res.score, True), (res.node, False))

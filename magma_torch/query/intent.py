@@ -6,7 +6,6 @@ from importlib import resources
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 INTENTS = ("WHY", "WHEN", "ENTITY")  # index order of the head's logits
 WEIGHTS_NAME = "intent_head.safetensors"
@@ -53,6 +52,8 @@ class IntentClassifier:
         meta = json.loads(sidecar_path(path).read_text())
         if tuple(meta["labels"]) != INTENTS:
             raise ValueError(f"{path}: labels {meta['labels']} do not match {INTENTS}")
+        from safetensors.torch import load_file  # lazy: only loading weights needs it
+
         head = IntentHead(meta["dim"], meta["hidden"], meta.get("dropout", 0.0))
         head.load_state_dict(load_file(str(path), device=str(device)))
         return cls(head.to(device), meta)

@@ -17,10 +17,9 @@ from datetime import datetime, timezone
 import torch
 
 from magma_torch.ingest.embedder import Embedder
-from magma_torch.ingest.temporal import question_time_window
-from magma_torch.query.anchors import (ContextConfig, context_candidates, context_scores, rrf_fuse, time_ranking,
-                                       top_ids)
-from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights
+from magma_torch.query.anchors import (Anchors, ContextConfig, context_candidates, context_scores, rrf_fuse,
+                                       time_ranking, top_ids)
+from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.linearize import linearize, render_blocks
 from magma_torch.store.graph import RELATIONS
@@ -50,6 +49,11 @@ class RetrievalConfig:
         """The rankings fused into anchors: those with a positive weight and a non-empty list."""
         return tuple(s for s in SIGNALS
                      if float(self.signal_weights.get(s, 0.0)) > 0 and int(self.signal_top_k.get(s, 0)) > 0)
+
+    @classmethod
+    def from_mapping(cls, r: dict) -> "RetrievalConfig":
+        """From the ``retrieval`` block of a memory config, as plain containers."""
+        return cls(**{**r, "beam": BeamConfig(**r["beam"]), "context": ContextConfig(**r["context"])})
 
 @dataclass(frozen=True)
 class RetrievedNode:
@@ -108,18 +112,20 @@ class Retriever:
 
     def retrieve_batch(self, snap: StoreSnapshot, questions: list[str], query_times: list[datetime | None],
                        budget_tokens: int | None = None) -> list[Retrieval]:
+        from magma_torch.ingest.temporal import question_time_window  # lazy: dateparser is not needed to rank
+
         budget = self.cfg.budget_tokens if budget_tokens is None else budget_tokens
         q = self.embedder.encode(questions).to(snap.embeddings.device)
         started = time.perf_counter()
-        probs = self._intent_probs(q)
-        intents = probs.argmax(dim=-1) if probs is not None else torch.full(
-            (len(questions),), INTENTS.index("ENTITY"), dtype=torch.long, device=q.device)
+        probs = self.intent_probs(q)
+        intents = self.intents(q, probs)
         windows = [question_time_window(text, t) for text, t in zip(questions, query_times)]
         if self.cfg.mode == "full_context":
             out = self._full_context(snap, questions, intents, windows, budget)
         else:
-            anchors = self._anchors(snap, questions, q, windows)
-            result = self._expand(snap, q, intents, anchors)
+            epochs = [None if w_ is None else tuple(_utc(t) for t in w_) for w_ in windows]
+            anchors = self.anchors(snap, q, epochs, questions)
+            result = self.expand(snap, q, intents, anchors)
             out = self._assemble(snap, questions, intents, windows, anchors, result, budget)
         per_query_ms = (time.perf_counter() - started) * 1000 / max(len(questions), 1)
         for b, r in enumerate(out):
@@ -128,19 +134,34 @@ class Retriever:
                 r.intent_probs = dict(zip(INTENTS, probs[b].tolist()))
         return out
 
-    def _intent_probs(self, q: torch.Tensor) -> torch.Tensor | None:
-        """[B, len(INTENTS)] intent probabilities; None without a classifier (every query is ENTITY)."""
+    # The tensor steps of Algorithm 1 for a batch of embedded questions q [B, d]; magma-bench
+    # times them one by one.
+    def intent_probs(self, q: torch.Tensor) -> torch.Tensor | None:
+        """[B, len(INTENTS)] intent probabilities; None without a classifier."""
         return None if self.intent is None else self.intent.probabilities(q).to(q.device)
 
-    def _anchors(self, snap: StoreSnapshot, questions, q, windows):
+    def intents(self, q: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
+        """[B] predicted intent indices (``probs`` from intent_probs when already computed);
+        every question is ENTITY without a classifier."""
+        probs = self.intent_probs(q) if probs is None else probs
+        if probs is None:
+            return torch.full((q.shape[0],), INTENTS.index("ENTITY"), dtype=torch.long, device=q.device)
+        return probs.argmax(dim=-1)
+
+    def anchors(self, snap: StoreSnapshot, q: torch.Tensor, windows: list[tuple[float, float] | None],
+                questions: list[str] | None = None) -> Anchors:
         """RRF over the dense, keyword and time rankings, and over the dense and keyword
-        rankings of each event's temporal-context view."""
+        rankings of each event's temporal-context view. ``windows``: epoch-second time
+        windows (None: no window); ``questions`` are read by the keyword signals only."""
         cfg, n, dev = self.cfg, snap.num_events, q.device
         on = {s: s in cfg.active_signals for s in SIGNALS}
         k = {s: int(cfg.signal_top_k.get(s, 0)) for s in SIGNALS}
         ctx = cfg.context
         n_cand = ctx.candidates if on["vector_context"] or on["keyword_context"] else 0
-        empty = torch.zeros((len(questions), 0), dtype=torch.long, device=dev)
+        if questions is None and (on["keyword"] or on["keyword_context"]):
+            raise ValueError("the keyword signals need question texts; set retrieval.signal_weights.keyword "
+                             "and keyword_context to 0 to rank embeddings alone")
+        empty = torch.zeros((q.shape[0], 0), dtype=torch.long, device=dev)
         dense = snap.vector_index.search(q, max(k["vector"], n_cand), upto=n)[1].to(dev) if (
             on["vector"] or n_cand) else empty
         kw_scores = torch.from_numpy(snap.keyword_index.scores(questions, upto=n)).to(dev) if (
@@ -150,8 +171,7 @@ class Retriever:
         ranked = {"vector": dense[:, : k["vector"]], "keyword": kw_top[:, : k["keyword"]], "time": empty,
                   "vector_context": empty, "keyword_context": empty}
         if on["time"]:
-            epochs = [None if w_ is None else tuple(_utc(t) for t in w_) for w_ in windows]
-            ranked["time"] = time_ranking(epochs, snap.timestamps, snap.date_spans, snap.embeddings, q, k["time"])
+            ranked["time"] = time_ranking(windows, snap.timestamps, snap.date_spans, snap.embeddings, q, k["time"])
         if n_cand:
             cand = context_candidates([dense[:, :n_cand], kw_top[:, :n_cand]], snap.prev, snap.next, n, ctx)
             if on["vector_context"]:
@@ -163,22 +183,26 @@ class Retriever:
         weights = [float(cfg.signal_weights.get(s, 0.0)) if on[s] else 0.0 for s in SIGNALS]
         return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, cfg.anchor_k, max(n, 1))
 
-    def _expand(self, snap: StoreSnapshot, q, intents, anchors) -> BeamResult:
+    def start_scores(self, anchors: Anchors) -> torch.Tensor:
+        """The beam's start score of each anchor: its RRF relative to the query's best."""
         best = anchors.scores[:, :1].clamp(min=1e-12)
-        start = (self.cfg.anchor_scale * anchors.scores / best).to(self.dtype)
-        return beam_search(snap.graph, snap.embeddings, q, intents, anchors.ids, start, self.weights,
-                           self.cfg.beam, self.dtype)
+        return (self.cfg.anchor_scale * anchors.scores / best).to(self.dtype)
+
+    def expand(self, snap: StoreSnapshot, q: torch.Tensor, intents: torch.Tensor, anchors: Anchors) -> BeamResult:
+        return beam_search(snap.graph, snap.embeddings, q, intents, anchors.ids, self.start_scores(anchors),
+                           self.weights, self.cfg.beam, self.dtype)
 
     def _assemble(self, snap, questions, intents, windows, anchors, res: BeamResult, budget) -> list[Retrieval]:
         rows, causal = snap.rows, list(zip(*(t.tolist() for t in snap.causal_edges)))
+        order = salience_order(res)
         q_of, node, score = res.query.tolist(), res.node.tolist(), res.score.tolist()
         parent, rel, via = res.parent.tolist(), res.relation.tolist(), res.via.tolist()
         per_query: list[list[int]] = [[] for _ in questions]
-        for i, b in enumerate(q_of):
-            per_query[b].append(i)
+        for i in order.tolist():
+            per_query[q_of[i]].append(i)
         out = []
         for b, text in enumerate(questions):
-            idx = sorted(per_query[b], key=lambda i: (-score[i], node[i]))
+            idx = per_query[b]
             ranked = [node[i] for i in idx]
             intent = INTENTS[int(intents[b])]
             context, kept, blocks = linearize(ranked, intent, rows, causal, budget)

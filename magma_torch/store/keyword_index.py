@@ -6,17 +6,19 @@ bm25s builds its sparse index in one pass rather than by appending.
 """
 from __future__ import annotations
 
+import functools
 import threading
+from typing import TYPE_CHECKING
 
-import bm25s
 import numpy as np
-import Stemmer
+
+if TYPE_CHECKING:
+    import bm25s
 
 
 class KeywordIndex:
     def __init__(self, k1: float = 1.5, b: float = 0.75, stopwords: str = "english"):
         self.k1, self.b, self.stopwords = k1, b, stopwords
-        self._stemmer = Stemmer.Stemmer("english")
         self._docs: list[list[str]] = []
         self._bm25: bm25s.BM25 | None = None
         self._indexed = 0
@@ -25,7 +27,15 @@ class KeywordIndex:
     def __len__(self) -> int:
         return len(self._docs)
 
+    @functools.cached_property
+    def _stemmer(self):
+        import Stemmer  # lazy, like bm25s: a store of pre-embedded events never tokenises
+
+        return Stemmer.Stemmer("english")
+
     def tokenize(self, texts: list[str]) -> list[list[str]]:
+        import bm25s
+
         return bm25s.tokenize(texts, stopwords=self.stopwords, stemmer=self._stemmer,
                               return_ids=False, show_progress=False)
 
@@ -38,6 +48,8 @@ class KeywordIndex:
     def _current(self, n: int) -> bm25s.BM25 | None:
         with self._lock:
             if self._indexed != n:
+                import bm25s
+
                 bm25 = bm25s.BM25(k1=self.k1, b=self.b)
                 # bm25s rejects empty documents; a placeholder token keeps doc ids aligned.
                 bm25.index([d if d else ["\x00"] for d in self._docs[:n]], show_progress=False)

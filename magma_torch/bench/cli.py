@@ -1,0 +1,140 @@
+"""magma-bench: build a synthetic memory, ingest it, time batched retrieval (DESIGN 3.3).
+
+    magma-bench --events 100000 --queries 2000 --batch 256 --device cpu --json out.json
+    magma-bench --sweep --queries 1000 --batch 256       # 10^3..10^6 events: table + PNG
+
+Sizes not given on the command line come from conf/bench/default.yaml (``run`` and
+``sweep``), as do the synthetic graph and the retrieval settings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from magma_torch.bench.measure import Bench, load_config
+
+TABLE_COLUMNS = (("events", "events", "{:,}"), ("edges", "edges", "{:,}"),
+                 ("ingest_events_per_s", "ingest events/s", "{:,.0f}"),
+                 ("retrieval_qps", "queries/s (batch)", "{:,.0f}"),
+                 ("batch_ms_p50", "ms/batch p50", "{:.1f}"),
+                 ("retrieval_ms_p50", "ms/query p50 (batch 1)", "{:.2f}"),
+                 ("retrieval_ms_p95", "ms/query p95 (batch 1)", "{:.2f}"),
+                 ("reference_qps", "reference q/s", "{:.1f}"),
+                 ("speedup_vs_reference", "speed-up", "{:.0f}x"),
+                 ("agreement_with_reference", "agreement", "{:.3f}"),
+                 ("vector_rag_qps", "vector_rag q/s", "{:,.0f}"),
+                 ("bytes_per_event", "B/event", "{:,.0f}"), ("bytes_per_edge", "B/edge", "{:,.0f}"),
+                 ("peak_rss_mb", "peak RSS MB", "{:,.0f}"))
+
+
+def _clean(value):
+    """JSON without NaN: an unmeasured figure is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json(path: str | Path, record) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(_clean(record), indent=2) + "\n")
+
+
+def markdown_table(records: list[dict]) -> str:
+    head = "| " + " | ".join(title for _, title, _ in TABLE_COLUMNS) + " |"
+    rule = "|" + "---|" * len(TABLE_COLUMNS)
+    body = ["| " + " | ".join("–" if r.get(key) is None or (isinstance(r[key], float) and not math.isfinite(r[key]))
+                              else fmt.format(r[key]) for key, _, fmt in TABLE_COLUMNS) + " |" for r in records]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def plot(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for device in sorted({r["device"] for r in records}):
+        rs = sorted((r for r in records if r["device"] == device), key=lambda r: r["events"])
+        x = [r["events"] for r in rs]
+        left.plot(x, [1000 / r["retrieval_qps"] for r in rs], "o-", label=f"{device}, batch {rs[0]['batch']}")
+        left.plot(x, [r["retrieval_ms_p50"] for r in rs], "s--", label=f"{device}, batch 1 (p50)")
+        right.plot(x, [r["retrieval_qps"] for r in rs], "o-", label=f"magma, {device}")
+        right.plot(x, [r["vector_rag_qps"] for r in rs], "^:", label=f"vector_rag, {device}")
+        right.plot(x, [r["reference_qps"] for r in rs], "x-.", label=f"reference (Python), {device}")
+    for ax, label in ((left, "ms per query"), (right, "queries/s")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("events in memory")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("magma-bench: anchors + beam search + salience order (question embedding excluded)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def sweep(cfg, queries: int, batch: int, device: str, out_dir: Path, sizes: list[int]) -> list[dict]:
+    """One measurement per memory size; the table, JSON and PNG are rewritten after each
+    size, so a sweep cut short keeps what it measured."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = []
+    for events in sizes:
+        bench = Bench.build(cfg, events, queries, device)
+        records.append(bench.measure(batch))
+        del bench
+        print(json.dumps(_clean(records[-1])), flush=True)
+        stem = out_dir / f"sweep_{device}"
+        write_json(stem.with_suffix(".json"), records)
+        stem.with_suffix(".md").write_text(markdown_table(records))
+        plot(records, stem.with_suffix(".png"))
+    return records
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="magma-bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, help="events in the synthetic memory (default: run.events)")
+    ap.add_argument("--queries", type=int, help="questions timed (default: run.queries)")
+    ap.add_argument("--batch", type=int, help="questions per batch (default: run.batch)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
+    ap.add_argument("--json", help="write the result record(s) here")
+    ap.add_argument("--sweep", action="store_true", help="measure every size in sweep.events")
+    ap.add_argument("--sweep-events", type=int, nargs="+", help="sizes for --sweep (default: sweep.events)")
+    ap.add_argument("--out-dir", help="--sweep output folder (default: sweep.out_dir)")
+    ap.add_argument("--threads", type=int, help="torch intra-op threads (default: run.threads, else torch's)")
+    ap.add_argument("--vector-backend", choices=["auto", "faiss", "torch"],
+                    help="dense search for anchors and vector_rag (default: run.vector_backend)")
+    ap.add_argument("--config", help="bench config file (default: the packaged conf/bench/default.yaml)")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    if args.vector_backend:
+        cfg.run.vector_backend = args.vector_backend
+    threads = args.threads or cfg.run.threads
+    if threads:
+        torch.set_num_threads(threads)
+    queries = args.queries or cfg.run.queries
+    batch = args.batch or cfg.run.batch
+    for name, value in (("--queries", queries), ("--batch", batch), ("--events", args.events or 1)):
+        if value < 1:
+            ap.error(f"{name} must be at least 1, got {value}")
+    if args.sweep:
+        sizes = args.sweep_events or list(cfg.sweep.events)
+        out = sweep(cfg, queries, batch, args.device, Path(args.out_dir or cfg.sweep.out_dir), sizes)
+    else:
+        out = Bench.build(cfg, args.events or cfg.run.events, queries, args.device).measure(batch)
+        print(json.dumps(_clean(out), indent=2))
+    if args.json:
+        write_json(args.json, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""One magma-bench measurement: build a synthetic memory, ingest it in bulk, time the
+batched query path against the plain-Python reference and the vector_rag baseline.
+
+Timed retrieval is the tensor part of Algorithm 1 on embedded questions: intent head,
+RRF anchors (dense + time + dense temporal-context rankings; synthetic events have no
+words, so the keyword signals are off), beam search and salience ordering. Embedding the
+question is timed on its own (MiniLM, batch 1) when sentence-transformers is installed.
+"""
+from __future__ import annotations
+
+import math
+import platform
+import resource
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+
+from magma_torch.bench.reference import RowLists, reference_graph
+from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
+from magma_torch.ingest import bulk
+from magma_torch.query.beam import salience_order
+from magma_torch.query.intent import INTENTS, IntentClassifier
+from magma_torch.query.reference import reference_beam_search
+from magma_torch.query.retriever import RetrievalConfig, Retriever
+from magma_torch.store.store import MemoryStore
+
+
+def load_config(path: str | Path | None = None):
+    """conf/bench/default.yaml (or ``path``) with the retrieval block of the memory config it
+    names (conf/memory/<memory>.yaml, next to the bench folder) under ``retrieval``."""
+    from omegaconf import OmegaConf
+
+    if path is None:
+        from importlib.resources import files
+
+        path = files("magma_torch.conf") / "bench" / "default.yaml"
+    path = Path(str(path))
+    cfg = OmegaConf.load(path)
+    memory = OmegaConf.load(path.parent.parent / "memory" / f"{cfg.memory}.yaml")
+    cfg.retrieval = OmegaConf.merge(memory.retrieval, cfg.retrieval)
+    return cfg
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _memory_now(device: torch.device) -> int:
+    """Bytes the process holds: device allocations on CUDA, resident set size on CPU."""
+    if device.type == "cuda":
+        _sync(device)
+        return torch.cuda.memory_allocated(device)
+    return psutil.Process().memory_info().rss
+
+
+def _by_new_endpoint(column: torch.Tensor, lo: int, hi: int) -> slice:
+    """Rows of edges sorted by ``column`` whose value lies in [lo, hi)."""
+    a, b = torch.searchsorted(column, torch.tensor([lo, hi])).tolist()
+    return slice(a, b)
+
+
+def ingest(mem, cfg, device: torch.device) -> tuple[MemoryStore, dict]:
+    """Bulk-add the synthetic memory in batches of ``run.ingest_batch`` events; the
+    first snapshot (the CSR merge) is part of ingest."""
+    store = MemoryStore(mem.embeddings.shape[1], device, cfg.run.vector_backend)
+    n, batch = mem.num_events, cfg.run.ingest_batch
+    sem_new, sem_old, sem_cos = mem.semantic
+    cause, effect = mem.causal
+    m_event, m_entity = mem.mentions
+    event_bytes = edge_bytes = 0
+    elapsed = 0.0
+    start = _memory_now(device)
+    t = time.perf_counter()
+    bulk.add_entities(store, mem.entity_names, mem.entity_embeddings, kind="synthetic")
+    elapsed += time.perf_counter() - t
+    entity_bytes = _memory_now(device) - start
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        rows = event_rows(mem, lo, hi)            # input records: built outside the timed part
+        s, c, e = (_by_new_endpoint(col, lo, hi) for col in (sem_new, effect, m_event))
+        before = _memory_now(device)
+        t = time.perf_counter()
+        bulk.add_events(store, rows, mem.embeddings[lo:hi], tokens=[[]] * (hi - lo))  # no words to index
+        elapsed += time.perf_counter() - t
+        mid = _memory_now(device)
+        t = time.perf_counter()
+        bulk.add_links(store, semantic=(sem_new[s], sem_old[s], sem_cos[s]), causal=(cause[c], effect[c]),
+                       mentions=(m_event[e], m_entity[e]))
+        elapsed += time.perf_counter() - t
+        event_bytes += mid - before
+        edge_bytes += _memory_now(device) - mid
+    before = _memory_now(device)
+    t = time.perf_counter()
+    snap = store.snapshot()
+    _sync(device)
+    elapsed += time.perf_counter() - t
+    edge_bytes += _memory_now(device) - before
+    counts = store.graph.counts()
+    edges = sum(counts.values())
+    return store, {"snapshot": snap, "ingest_s": elapsed, "edges": edges, "edges_by_relation": counts,
+                   "bytes_per_event": event_bytes / n, "bytes_per_edge": edge_bytes / max(edges, 1),
+                   "entity_bytes": entity_bytes}
+
+
+class QueryPath:
+    """The timed query path: intent head, RRF anchors, beam search, salience order."""
+
+    def __init__(self, snap, retriever: Retriever, device: torch.device):
+        self.snap, self.retriever, self.device = snap, retriever, device
+        self.phase_s = {"intent": 0.0, "anchors": 0.0, "beam": 0.0}
+
+    def __call__(self, q: torch.Tensor, windows: list):
+        r, snap, clock = self.retriever, self.snap, self._clock
+        intents = clock("intent", lambda: r.intents(q))
+        anchors = clock("anchors", lambda: r.anchors(snap, q, windows))
+        res = clock("beam", lambda: r.expand(snap, q, intents, anchors))
+        order = clock("beam", lambda: salience_order(res))
+        return intents, anchors, res, order
+
+    def _clock(self, phase: str, step):
+        # One sync per phase (four per batch): the per-phase split costs that much; the
+        # beam search itself syncs on every boolean selection (its frontier sizes vary).
+        t = time.perf_counter()
+        out = step()
+        _sync(self.device)
+        self.phase_s[phase] += time.perf_counter() - t
+        return out
+
+
+def _percentile(values: list[float], p: float) -> float:
+    return float(np.percentile(np.asarray(values), p)) if values else math.nan
+
+
+def _timed_batches(fn, q: torch.Tensor, windows: list, batch: int, device: torch.device, keep=None):
+    """Run ``fn`` over q in batches; per-batch seconds, and fn's outputs for batches
+    ``keep`` says to keep (by start index)."""
+    times, kept = [], {}
+    for a in range(0, q.shape[0], batch):
+        _sync(device)
+        t = time.perf_counter()
+        out = fn(q[a:a + batch], windows[a:a + batch])
+        _sync(device)
+        times.append(time.perf_counter() - t)
+        if keep is not None and keep(a):
+            kept[a] = out
+    return times, kept
+
+
+def _question_embedding_ms(device: torch.device, runs: int = 30) -> float | None:
+    """p50 of embedding one question with the bundled MiniLM; None without sentence-transformers."""
+    try:
+        from magma_torch.ingest.embedder import Embedder
+
+        embedder = Embedder(device=device)
+    except ImportError:
+        return None
+    question = "What did Caroline say about the charity race she ran last Saturday?"
+    embedder.encode([question])
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        embedder.encode([question])
+        times.append((time.perf_counter() - t) * 1000)
+    return _percentile(times, 50)
+
+
+def reference_agreement(store: MemoryStore, retriever: Retriever, q: torch.Tensor, intents, anchors, res,
+                        n_queries: int) -> tuple[float, float]:
+    """(fraction of the first ``n_queries`` whose reference node set equals the batched one,
+    reference queries/s). Both searches get the same graph, anchors, start scores and intents."""
+    event_adj, entity_lists = reference_graph(store.graph)
+    emb = RowLists(store.events.embeddings.data)
+    start = retriever.start_scores(anchors).cpu()
+    ids, intents_l = anchors.ids.cpu(), intents.cpu().tolist()
+    q_cpu = q.float().cpu()
+    rows = retriever.cfg.intent_weights if retriever.cfg.use_intent else {
+        i: retriever.cfg.intent_weights["uniform"] for i in INTENTS}
+    res_q, res_n = res.query.cpu(), res.node.cpu()
+    equal, elapsed = 0, 0.0
+    for b in range(n_queries):
+        a = [(int(x), float(s)) for x, s in zip(ids[b], start[b]) if x >= 0]
+        t = time.perf_counter()
+        ref = reference_beam_search(event_adj, entity_lists, emb, q_cpu[b].tolist(), rows[INTENTS[intents_l[b]]], a,
+                                    retriever.cfg.beam)
+        elapsed += time.perf_counter() - t
+        equal += set(ref) == set(res_n[res_q == b].tolist())
+    return equal / max(n_queries, 1), n_queries / elapsed if elapsed else math.nan
+
+
+@dataclass
+class Bench:
+    """A built synthetic memory with its questions, ready to be measured at any batch size."""
+
+    cfg: object
+    device: torch.device
+    store: MemoryStore
+    snap: object
+    retriever: Retriever
+    questions: torch.Tensor          # [Q, d] on the device
+    windows: list
+    built: dict                      # ingest figures
+
+    @classmethod
+    def build(cls, cfg, events: int, queries: int, device: str = "cpu") -> "Bench":
+        from omegaconf import OmegaConf
+
+        dev = torch.device(device)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        t = time.perf_counter()
+        mem = synthesize(events, cfg.graph, cfg.run.seed)
+        q, windows = make_queries(mem, queries, cfg.graph, cfg.queries, cfg.run.seed)
+        generate_s = time.perf_counter() - t
+        store, built = ingest(mem, cfg, dev)
+        built["generate_s"] = generate_s
+        rcfg = RetrievalConfig.from_mapping(OmegaConf.to_container(cfg.retrieval, resolve=True))
+        retriever = Retriever(None, IntentClassifier.load(device=dev), rcfg)
+        return cls(cfg, dev, store, built.pop("snapshot"), retriever, q.to(dev), windows, built)
+
+    def measure(self, batch: int, reference: bool = True, embed_question: bool = True,
+                queries: int | None = None) -> dict:
+        """The magma-bench JSON record for batches of ``batch`` questions (the first
+        ``queries`` of the built ones; None: all)."""
+        rc, dev, snap = self.cfg.run, self.device, self.snap
+        q_all, windows = self.questions[:queries], self.windows[:queries]
+        queries, events = q_all.shape[0], snap.num_events
+        path = QueryPath(snap, self.retriever, dev)
+        for _ in range(rc.warmup_batches):
+            path(q_all[:batch], windows[:batch])
+        path.phase_s = dict.fromkeys(path.phase_s, 0.0)
+        n_ref = min(rc.reference_queries, queries) if reference else 0
+        batch_s, kept = _timed_batches(path, q_all, windows, batch, dev, keep=lambda a: a < n_ref)
+        phases = dict(path.phase_s)
+        single = min(rc.single_queries, queries)
+        single_s, _ = _timed_batches(path, q_all[:single], windows[:single], 1, dev)
+
+        def vector(qb, _windows):
+            return snap.vector_index.search(qb, self.cfg.vector_rag_k, upto=events)
+
+        vector(q_all[:batch], None)
+        vec_s, _ = _timed_batches(vector, q_all, windows, batch, dev)
+        vec_single_s, _ = _timed_batches(vector, q_all[:single], windows[:single], 1, dev)
+        agreement, ref_qps = _agreement_over_batches(self.store, self.retriever, q_all, kept, batch, n_ref)
+        retrieval_qps = queries / sum(batch_s)
+        vector_qps = queries / sum(vec_s)
+        b = self.built
+        import torch_geometric
+
+        return {
+            "events": events, "entities": len(self.store.entities), "edges": b["edges"],
+            "edges_by_relation": b["edges_by_relation"], "edges_per_event": b["edges"] / events,
+            "generate_s": b["generate_s"], "ingest_s": b["ingest_s"],
+            "ingest_events_per_s": events / b["ingest_s"], "ingest_edges_per_s": b["edges"] / b["ingest_s"],
+            "queries": queries, "batch": batch, "device": str(dev),
+            "retrieval_qps": retrieval_qps,
+            "batch_ms_p50": _percentile([s * 1000 for s in batch_s], 50),
+            "retrieval_ms_p50": _percentile([s * 1000 for s in single_s], 50),
+            "retrieval_ms_p95": _percentile([s * 1000 for s in single_s], 95),
+            "single_queries": single,
+            "phase_ms_per_query": {k: v * 1000 / queries for k, v in phases.items()},
+            "reference_queries": n_ref, "reference_qps": ref_qps,
+            "speedup_vs_reference": retrieval_qps / ref_qps,
+            "beam_speedup_vs_reference": queries / phases["beam"] / ref_qps if phases["beam"] else math.nan,
+            "agreement_with_reference": agreement,
+            "vector_rag_qps": vector_qps,
+            "vector_rag_ms_p50": _percentile([s * 1000 for s in vec_single_s], 50),
+            "magma_over_vector_rag_time": vector_qps / retrieval_qps,
+            "question_embedding_ms_p50": _question_embedding_ms(dev) if embed_question else None,
+            "bytes_per_event": b["bytes_per_event"], "bytes_per_edge": b["bytes_per_edge"],
+            "bytes_per_entity": b["entity_bytes"] / max(len(self.store.entities), 1),
+            "memory_measured_as": "torch.cuda.memory_allocated deltas" if dev.type == "cuda" else "RSS deltas",
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "gpu_peak_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
+            "vector_backend": snap.vector_index.backend,
+            "machine": _machine(dev), "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+            "threads": torch.get_num_threads(),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        }
+
+
+def traffic_per_query(bench: Bench, batch: int) -> dict:
+    """Estimate of the memory traffic of one batch, per question.
+
+    Beam, an upper bound: every kept node below max_depth counts as expanded; each of its
+    candidates costs its CSR entry (neighbour + relation, int64 each), a visited-set probe
+    (int64) and an embedding row (repeated (query, node) pairs are in fact scored once).
+    Anchors: the flat dense scan reads every embedding once per batch.
+    """
+    snap, q, windows = bench.snap, bench.questions[:batch], bench.windows[:batch]
+    _, _, res, _ = QueryPath(snap, bench.retriever, bench.device)(q, windows)
+    g = snap.graph
+    frontier = res.node[res.depth < bench.retriever.cfg.beam.max_depth]
+    adj = g.event_adj.degree(frontier).sum()
+    _, ents, _ = g.event_entity.gather(frontier)
+    via_entity = g.entity_event.degree(ents).sum() + ents.numel()
+    candidates = int(adj + via_entity)
+    row = snap.embeddings.shape[1] * snap.embeddings.element_size()
+    beam = candidates * (8 + 8 + 8 + row)
+    anchors = snap.num_events * row
+    b = q.shape[0]
+    return {"batch": b, "candidates_per_query": candidates / b, "beam_bytes_per_query": beam / b,
+            "anchor_scan_bytes_per_query": anchors / b, "bytes_per_query": (beam + anchors) / b}
+
+
+def _agreement_over_batches(store, retriever, q_all, kept, batch, n_ref) -> tuple[float, float]:
+    """Reference agreement over the first n_ref queries, from the kept batch outputs."""
+    agree, time_s = [], 0.0
+    for a, (intents, anchors, res, _order) in sorted(kept.items()):
+        n = min(batch, n_ref - a)
+        frac, qps = reference_agreement(store, retriever, q_all[a:a + batch], intents, anchors, res, n)
+        agree.append(frac * n)
+        time_s += n / qps
+    return sum(agree) / max(n_ref, 1), n_ref / time_s if time_s else math.nan
+
+
+def _machine(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} CPUs, " \
+           f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM"

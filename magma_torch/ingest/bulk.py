@@ -1,0 +1,106 @@
+"""Bulk insertion of pre-embedded events and of their links (imports, benchmarks at 10^6).
+
+Unlike the fast path this neither embeds nor searches: the caller brings the embeddings
+and the semantic, causal and entity links. Work is linear in the batch: one append per
+column (capacity-doubling buffers) and the edges go into the CSR delta, which is merged
+when it outgrows a fraction of the main part, so no call re-sorts or copies the store
+and nothing compares all pairs. Everything is validated before anything is written, so
+bad input raises naming the record or edge and leaves the store as it was.
+
+The links are final: nothing is queued for the slow path, and no write-ahead log is
+written, so use it to build non-durable stores.
+"""
+from __future__ import annotations
+
+import torch
+
+from magma_torch.ingest.fast_path import IngestError, link_temporal
+from magma_torch.store.store import MemoryStore
+from magma_torch.store.tables import EventRow
+
+
+def add_entities(store: MemoryStore, names: list[str], embeddings: torch.Tensor, kind: str = "imported") -> list[int]:
+    """Entity nodes with their name embeddings [len(names), dim]; returns their ids."""
+    _check_rows("entity embeddings", embeddings, len(names), store.dim)
+    seen = set(store.entities.by_name)
+    for i, name in enumerate(names):
+        if name in seen:
+            raise IngestError(f"entity {i} ({name!r}): the name is already taken")
+        seen.add(name)
+    with store.lock:
+        return store.entities.append(list(names), [kind] * len(names), list(names), embeddings)
+
+
+def add_events(store: MemoryStore, rows: list[EventRow], embeddings: torch.Tensor,
+               tokens: list[list[str]] | None = None) -> range:
+    """Append events (time order within each stream) with their embeddings [len(rows), dim]
+    and their temporal-chain edges. ``tokens`` are the keyword-index terms of each event;
+    None tokenises the texts. Returns the new ids."""
+    _check_rows("event embeddings", embeddings, len(rows), store.dim)
+    if tokens is not None and len(tokens) != len(rows):
+        raise IngestError(f"tokens has {len(tokens)} entries for {len(rows)} events")
+    with store.ingest_lock:
+        last = {stream: store.events.rows[i].timestamp for stream, i in store.events.last_of_stream.items()}
+        known = store.events.by_source
+        batch_sources = set()
+        for i, r in enumerate(rows):
+            if r.timestamp < last.get(r.stream, float("-inf")):
+                raise IngestError(f"event {i}: timestamp {r.timestamp} goes backwards in stream {r.stream!r}")
+            last[r.stream] = r.timestamp
+            if r.source_id is not None:
+                if r.source_id in known or r.source_id in batch_sources:
+                    raise IngestError(f"event {i}: source_id {r.source_id!r} is already stored")
+                batch_sources.add(r.source_id)
+        if tokens is None:
+            tokens = store.keyword_index.tokenize([r.text for r in rows])
+        with store.lock:
+            ids = store.append_events(rows, embeddings.to(store.device, store.events.embeddings.data.dtype), tokens)
+            if ids:
+                link_temporal(store, ids)
+    return range(ids[0], ids[-1] + 1) if ids else range(len(store), len(store))
+
+
+def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = None,
+              causal: tuple[torch.Tensor, torch.Tensor] | None = None,
+              mentions: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    """Add edges between stored nodes: semantic (newer event, older event, cosine),
+    causal (cause, effect) with the cause appended before the effect, which keeps the
+    causal graph acyclic without a path search, and mentions (event, entity)."""
+    n, m = len(store.events), len(store.entities)
+    checked = {}
+    for rel, edges, hi_dst in (("semantic", semantic, n), ("causal", causal, n), ("entity", mentions, m)):
+        if edges is None:
+            continue
+        src, dst = (torch.as_tensor(t, dtype=torch.long).cpu() for t in edges[:2])
+        weight = torch.as_tensor(edges[2], dtype=torch.float32).cpu() if len(edges) > 2 else None
+        if src.shape != dst.shape or src.dim() != 1 or (weight is not None and weight.shape != src.shape):
+            raise IngestError(f"{rel} edges: src, dst (and weight) must be 1-d of one length")
+        _check_ids(rel, "source", src, n)
+        _check_ids(rel, "target", dst, hi_dst)
+        if rel == "semantic":
+            _check_edge(rel, src <= dst, src, dst, "must point from a newer event to an older one")
+        if rel == "causal":
+            _check_edge(rel, src >= dst, src, dst, "must point from an earlier event to a later one")
+        checked[rel] = (src, dst, weight)
+    with store.lock:
+        for rel, (src, dst, weight) in checked.items():
+            store.graph.add_edges(rel, src, dst, weight)
+
+
+def _check_rows(what: str, embeddings: torch.Tensor, rows: int, dim: int) -> None:
+    if embeddings.dim() != 2 or embeddings.shape != (rows, dim):
+        raise IngestError(f"{what}: expected shape ({rows}, {dim}), got {tuple(embeddings.shape)}")
+
+
+def _check_ids(rel: str, end: str, ids: torch.Tensor, upper: int) -> None:
+    bad = ((ids < 0) | (ids >= upper)).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise IngestError(f"{rel} edge {i}: {end} id {int(ids[i])} is not a stored node (0..{upper - 1})")
+
+
+def _check_edge(rel: str, wrong: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, rule: str) -> None:
+    bad = wrong.nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise IngestError(f"{rel} edge {i} ({int(src[i])} -> {int(dst[i])}) {rule}")
