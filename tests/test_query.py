@@ -98,3 +98,10 @@ def test_linearize_budget_collapses_low_salience_runs():
     assert count_tokens(ctx) <= budget
     assert [b.event for b in kept] == [0, 3]
     assert "…2 intermediate events…" in ctx and "(D1:1)" in ctx and "(D1:4)" in ctx
+
+
+def test_empty_memory_retrieves_nothing():
+    from magma_torch import MagmaMemory
+    with MagmaMemory() as mem:
+        r = mem.retrieve("What did Caroline do last weekend?")
+    assert (r.nodes, r.anchors, r.paths, r.context_ids) == ([], [], [], [])

@@ -120,7 +120,8 @@ class Retriever:
         probs = self.intent_probs(q)
         intents = self.intents(q, probs)
         windows = [question_time_window(text, t) for text, t in zip(questions, query_times)]
-        if self.cfg.mode == "full_context":
+        if self.cfg.mode == "full_context" or snap.num_events == 0:
+            # an empty memory has nothing to rank; full_context over it is the empty result
             out = self._full_context(snap, questions, intents, windows, budget)
         else:
             epochs = [None if w_ is None else tuple(_utc(t) for t in w_) for w_ in windows]
