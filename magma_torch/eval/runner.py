@@ -5,23 +5,28 @@ config.yaml and per-category plots.
 """
 from __future__ import annotations
 
-import json
 import logging
+import signal
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Sized
+from itertools import islice
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from magma_torch.eval.datasets import DatasetError, Sample, load_dataset
+from magma_torch.eval.datasets import DatasetError, Sample, dataset_categories, load_dataset
+from magma_torch.eval.overrides import OverrideError, check_overrides
 from magma_torch.eval.metrics import (percentile, recall_all_at_k, recall_all_at_tokens, recall_any_at_k)
 from magma_torch.config import group_options
 from magma_torch.eval.plots import plot_categories
-from magma_torch.eval.prompts import ANSWER_PROMPT_VERSION, JUDGE_PROMPT_VERSION
+from magma_torch.eval.prompts import ANSWER_PROMPT_VERSION, judge_prompt_version
 from magma_torch.eval.qa import answer_questions, judge_answers, score_answer
+from magma_torch.eval.run_folder import RunFolder, RunFolderError
+from magma_torch.eval.tracking import TrackerError, build_tracker
 from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.llm import build_llm
@@ -29,7 +34,6 @@ from magma_torch.llm.base import LLMUnavailable
 from magma_torch.memory import MagmaMemory
 
 log = logging.getLogger("magma_torch.run")
-CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial")
 RECALL_EXCLUDED = {"adversarial"}
 QA_METRICS = ("f1", "bleu1", "judge")
 
@@ -51,8 +55,10 @@ def question_row(sample: Sample, q, r, task) -> dict:
            "retrieved_sources": retrieved,
            "context_sources": [s for n in r.nodes if n.id in set(r.context_ids) for s in n.source_ids],
            "context_tokens": r.context_tokens, "intent": r.intent, "retrieval_ms": r.retrieval_ms,
-           "truncated": r.truncated}
-    if q.evidence and q.category not in RECALL_EXCLUDED:
+           "truncated": r.truncated, "abstention": q.abstention}
+    if q.abstention or q.category in RECALL_EXCLUDED:
+        return row
+    if q.evidence:
         srcs, toks = [n.source_ids for n in r.nodes], [n.tokens for n in r.nodes]
         for k in task.recall_k:
             row[f"recall_all@{k}"] = recall_all_at_k(retrieved, q.evidence, k)
@@ -60,18 +66,35 @@ def question_row(sample: Sample, q, r, task) -> dict:
             row[f"recall_any@{k}"] = recall_any_at_k(retrieved, q.evidence, k)
         for b in task.recall_tokens:
             row[f"recall_all@{b}tok"] = recall_all_at_tokens(srcs, toks, q.evidence, b)
+    if q.evidence_sessions:
+        # Sessions ranked by their best retrieved turn.
+        session_of = {t.source_id: t.session_id for t in sample.turns}
+        sessions = [session_of[s] for s in retrieved if s in session_of]
+        row["evidence_sessions"] = list(q.evidence_sessions)
+        for k in task.recall_k:
+            row[f"session_recall_all@{k}"] = recall_all_at_k(sessions, q.evidence_sessions, k)
+        for k in task.recall_any_k:
+            row[f"session_recall_any@{k}"] = recall_any_at_k(sessions, q.evidence_sessions, k)
     return row
 
 
-def summarise(rows: list[dict], task) -> dict:
+def recall_keys(task, rows: list[dict]) -> list[str]:
+    """The recall columns: turn level always, session level when some row has session evidence."""
     keys = ([f"recall_all@{k}" for k in task.recall_k] + [f"recall_any@{k}" for k in task.recall_any_k]
             + [f"recall_all@{b}tok" for b in task.recall_tokens])
+    session = [f"session_recall_all@{k}" for k in task.recall_k] + [f"session_recall_any@{k}" for k in task.recall_any_k]
+    return keys + session if any(session[0] in r for r in rows) else keys
+
+
+def summarise(rows: list[dict], task, keys: list[str]) -> dict:
     out = {}
     for k in keys:
         vals = [r[k] for r in rows if k in r]
         out[k] = sum(vals) / len(vals) if vals else None
     out["n"] = len(rows)
     out["n_recall"] = sum(1 for r in rows if keys and keys[0] in r)
+    if any(k.startswith("session_") for k in keys):
+        out["n_session_recall"] = sum(1 for r in rows if "evidence_sessions" in r)
     out["context_tokens_mean"] = sum(r["context_tokens"] for r in rows) / len(rows) if rows else None
     ms = [r["retrieval_ms"] for r in rows]
     out["retrieval_ms_p50"], out["retrieval_ms_p95"] = percentile(ms, 50), percentile(ms, 95)
@@ -85,7 +108,8 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
     """task=qa: answer every question of one conversation in one batch, score, judge in one batch."""
     answers = answer_questions(results, qs, reader, max_tokens=task.get("answer_max_tokens", 128),
                                temperature=task.get("answer_temperature", 0.0))
-    verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], [q.category for q in qs],
+    kinds = ["abstention" if q.abstention else q.category for q in qs]   # picks the judge prompt
+    verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], kinds,
                              answers, max_tokens=task.get("judge_max_tokens", 16)) if judge is not None else None
     for i, (row, q, a) in enumerate(zip(rows, qs, answers)):
         row["prediction"] = a.prediction
@@ -133,7 +157,7 @@ def _consolidation_usage(mem: MagmaMemory) -> dict:
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict:
-    """Run one experiment and write its folder; returns the metrics dict."""
+    """Run one experiment and write its folder (resuming what it already holds); returns the metrics dict."""
     qa = cfg.task.name == "qa"
     c = cfg.consolidation
     # consolidation=llm with `llm: ???` consolidates with the LLM of the `llm` group
@@ -142,8 +166,9 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
-    samples = load_dataset(cfg.dataset.name, cfg.dataset.get("path"))[: cfg.dataset.get("limit")]
-    reader = judge = None
+    samples = load_dataset(cfg.dataset.name, cfg.dataset.get("path"))
+    reader = judge = tracker = None
+    folder = RunFolder(out_dir)
     try:
         if qa or shared:
             reader = build_llm(cfg.llm)
@@ -151,89 +176,148 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
             judge = build_llm(cfg.get("judge"))
             if judge is None:
                 log.info("task=qa without judge=...: the judge metric is null")
-        return _run(cfg, out_dir, samples, reader if qa else None, judge, reader if shared else None)
+        folder.open(cfg)
+        tracker = build_tracker(cfg.get("logger"), cfg, out_dir)
+        limit = cfg.dataset.get("limit")
+        total = min(len(samples), limit or len(samples)) if isinstance(samples, Sized) else limit
+        _run(cfg, folder, islice(samples, limit), total, reader if qa else None, judge, reader if shared else None)
+        metrics = summarise_run(cfg, folder, reader, judge)
+        plot = out_dir / "recall_by_category.png"
+        plot_categories(metrics, plot)
+        tracker.log_run(metrics, folder.rows, [plot])
+        tracker.close(ok=True)
+        tracker = None
+        folder.finish(metrics)  # last: only now is the folder presented as finished
+        return metrics
     finally:
+        folder.close()
+        if tracker is not None:
+            tracker.close(ok=False)
         for m in (reader, judge):
             if m is not None:
                 m.close()
 
 
-def _run(cfg: DictConfig, out_dir: Path, samples: list[Sample], reader, judge, consolidation_llm) -> dict:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+def _sample_build(sample: Sample, mem: MagmaMemory, fast_path_s: float, consolidation_s: float, usage: dict) -> dict:
+    """One memory's line of samples.jsonl: what building it cost and produced."""
+    stats = mem.stats()
+    return {"sample_id": sample.sample_id, "events": stats["events"], "entities": stats["entities"],
+            "edges": dict(stats["edges"]), "fast_path_s": fast_path_s, "consolidation_s": consolidation_s,
+            **{f"llm_{k}": v for k, v in usage.items()}}
+
+
+def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: int | None, reader, judge,
+         consolidation_llm) -> None:
     mem_cfg = cfg.memory
     embedder = Embedder(device=resolve_device(mem_cfg.device), **mem_cfg.embedder)
-    rows, build, llm_build = [], defaultdict(float), defaultdict(int)
-    edges = defaultdict(int)
-    pred_path = out_dir / "predictions.jsonl"
-    with pred_path.open("w") as pred:
-        for sample in tqdm(samples, desc="conversations", disable=not cfg.progress):
+    done = folder.done_questions
+    with tqdm(samples, desc="memories", unit="memory", total=total, disable=not cfg.progress) as bar:
+        for sample in bar:
+            if sample.sample_id in folder.builds:
+                continue  # finished by an earlier attempt in this folder
+            qs = [q for q in sample.questions if q.question_id not in done]
             with MagmaMemory(mem_cfg, cfg.consolidation, namespace=sample.sample_id, embedder=embedder,
                              **({"llm": consolidation_llm} if consolidation_llm is not None else {})) as mem:
                 usage0 = _consolidation_usage(mem)
+                bar.set_postfix_str(f"ingest {len(sample.turns)} turns")
                 t0 = time.perf_counter()
                 mem.add_many(records(sample))
                 t1 = time.perf_counter()
+                bar.set_postfix_str("consolidate")
                 mem.consolidate()
                 t2 = time.perf_counter()
-                build["fast_path_s"] += t1 - t0
-                build["consolidation_s"] += t2 - t1
-                for k, v in _consolidation_usage(mem).items():
-                    llm_build[k] += v - usage0[k]
-                stats = mem.stats()
-                build["events"] += stats["events"]
-                build["entities"] += stats["entities"]
-                for rel, n in stats["edges"].items():
-                    edges[rel] += n
-                qs = list(sample.questions)
-                results = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs])
-                conv_rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
-                if reader is not None:
-                    answer_rows(conv_rows, qs, results, reader, judge, cfg.task)
-                for row in conv_rows:
-                    rows.append(row)
-                    pred.write(json.dumps(row) + "\n")
-                pred.flush()
-    metrics = {"dataset": cfg.dataset.name, "memory": mem_cfg.name, "n_questions": len(rows),
-               "overall": summarise([r for r in rows if r["category"] not in RECALL_EXCLUDED], cfg.task),
-               "by_category": {c: summarise([r for r in rows if r["category"] == c], cfg.task) for c in CATEGORIES},
-               "build": {"events": int(build["events"]), "entities": int(build["entities"]), "edges": dict(edges),
-                         "fast_path_s": build["fast_path_s"], "consolidation_s": build["consolidation_s"],
-                         "llm_calls": llm_build["calls"],
-                         "llm_tokens": llm_build["prompt_tokens"] + llm_build["completion_tokens"],
-                         "llm_prompt_tokens": llm_build["prompt_tokens"],
-                         "llm_completion_tokens": llm_build["completion_tokens"]}}
+                usage = {k: v - usage0[k] for k, v in _consolidation_usage(mem).items()}
+                build = _sample_build(sample, mem, t1 - t0, t2 - t1, usage)
+                bar.set_postfix_str(f"evaluate {len(qs)} questions")
+                results = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs]) if qs else []
+            rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
+            if reader is not None and qs:
+                answer_rows(rows, qs, results, reader, judge, cfg.task)
+            folder.append(rows, build)
+
+
+def summarise_run(cfg: DictConfig, folder: RunFolder, reader, judge) -> dict:
+    """metrics.json from every row and memory in the folder, this attempt's and earlier ones'."""
+    rows, builds = folder.rows, list(folder.builds.values())
+    edges: dict[str, int] = defaultdict(int)
+    for b in builds:
+        for rel, n in b["edges"].items():
+            edges[rel] += n
+
+    def total(key: str):
+        return sum(b[key] for b in builds)
+
+    keys = recall_keys(cfg.task, rows)
+    metrics = {"dataset": cfg.dataset.name, "memory": cfg.memory.name, "n_questions": len(rows),
+               "overall": summarise([r for r in rows if r["category"] not in RECALL_EXCLUDED], cfg.task, keys),
+               "by_category": {c: summarise([r for r in rows if r["category"] == c], cfg.task, keys)
+                               for c in dataset_categories(cfg.dataset.name)},
+               "build": {"events": total("events"), "entities": total("entities"), "edges": dict(edges),
+                         "fast_path_s": total("fast_path_s"), "consolidation_s": total("consolidation_s"),
+                         "llm_calls": total("llm_calls"),
+                         "llm_tokens": total("llm_prompt_tokens") + total("llm_completion_tokens"),
+                         "llm_prompt_tokens": total("llm_prompt_tokens"),
+                         "llm_completion_tokens": total("llm_completion_tokens")}}
+    abstention = [r for r in rows if r.get("abstention")]
+    if abstention:
+        metrics["abstention"] = summarise(abstention, cfg.task, keys)
     if reader is not None:
         metrics["answering"], metrics["judging"] = llm_costs(rows)
         metrics["answering"]["llm"] = getattr(reader, "name", type(reader).__name__)
         metrics["judging"]["llm"] = None if judge is None else getattr(judge, "name", type(judge).__name__)
-        metrics["prompts"] = {"answer": ANSWER_PROMPT_VERSION, "judge": JUDGE_PROMPT_VERSION}
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    plot_categories(metrics, out_dir / "recall_by_category.png")
+        metrics["prompts"] = {"answer": ANSWER_PROMPT_VERSION, "judge": judge_prompt_version(cfg.dataset.name)}
     return metrics
 
 
 def format_table(metrics: dict) -> str:
-    cols = [k for k in metrics["overall"] if k.startswith("recall")] + ["context_tokens_mean", "retrieval_ms_p50"]
+    cols = [k for k in metrics["overall"] if "recall_" in k] + ["context_tokens_mean", "retrieval_ms_p50"]
     cols += [k for k in QA_METRICS if any(m.get(k) is not None for m in [metrics["overall"], *metrics["by_category"].values()])]
     lines = [f"{metrics['dataset']} / {metrics['memory']}: {metrics['n_questions']} questions",
              "| category | n | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
     for name, m in [("overall", metrics["overall"]), *metrics["by_category"].items()]:
-        cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if c.startswith("recall") or c in QA_METRICS else f"{m[c]:.1f}" for c in cols]
+        cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if "recall_" in c or c in QA_METRICS else f"{m[c]:.1f}" for c in cols]
         lines.append(f"| {name} | {m['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+class Interrupted(Exception):
+    """SIGTERM (Slurm preemption, scancel, kill) or Ctrl-C arrived during a run."""
+
+
+def _interrupt(signum, frame) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
 @hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
+    out = Path(cfg.out_dir)
+    # Raised in the main thread: the run unwinds, closing its memory and files; what finished is on disk.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        metrics = run(cfg, Path(cfg.out_dir))
-    except (DatasetError, IngestError, ConfigError, LLMUnavailable) as err:
+        metrics = run(cfg, out)
+    except (Interrupted, KeyboardInterrupt) as err:
+        name = err.args[0] if isinstance(err, Interrupted) else "SIGINT"
+        print(f"magma-run: stopped by {name}; finished questions are kept in {out}, "
+              f"rerun with out_dir={out} to resume", file=sys.stderr)
+        sys.exit(128 + signal.Signals[name].value)
+    except (DatasetError, IngestError, ConfigError, LLMUnavailable, RunFolderError, TrackerError) as err:
         # Bad input is the user's to fix: one readable line, not a traceback.
         print(f"magma-run: error: {err}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(format_table(metrics))
-    print(f"run folder: {cfg.out_dir}")
+    print(f"run folder: {out}")
+
+
+def main() -> None:
+    """Console entry: validate the command-line overrides before Hydra starts any work."""
+    try:
+        check_overrides(sys.argv[1:])
+    except OverrideError as err:
+        print(f"magma-run: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    hydra_main()
 
 
 if __name__ == "__main__":
