@@ -280,26 +280,27 @@ def format_table(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-class Interrupted(Exception):
-    """SIGTERM (Slurm preemption, scancel, kill) or Ctrl-C arrived during a run."""
+class Terminated(Exception):
+    """SIGTERM (Slurm preemption, scancel, kill) arrived during a run."""
 
 
-def _interrupt(signum, frame) -> None:
-    raise Interrupted(signal.Signals(signum).name)
+def _terminate(signum, frame) -> None:
+    raise Terminated("SIGTERM")
 
 
 @hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)
 def hydra_main(cfg: DictConfig) -> None:
     out = Path(cfg.out_dir)
     # Raised in the main thread: the run unwinds, closing its memory and files; what finished is on disk.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         metrics = run(cfg, out)
-    except (Interrupted, KeyboardInterrupt) as err:
-        name = err.args[0] if isinstance(err, Interrupted) else "SIGINT"
-        print(f"magma-run: stopped by {name}; finished questions are kept in {out}, "
+    except (Terminated, KeyboardInterrupt) as err:
+        # (libraries may re-wrap the exception on its way up, so its type says which signal it was)
+        sig = signal.SIGTERM if isinstance(err, Terminated) else signal.SIGINT
+        print(f"magma-run: stopped by {sig.name}; finished questions are kept in {out}, "
               f"rerun with out_dir={out} to resume", file=sys.stderr)
-        sys.exit(128 + signal.Signals[name].value)
+        sys.exit(128 + sig.value)
     except (DatasetError, IngestError, ConfigError, LLMUnavailable, RunFolderError, TrackerError) as err:
         # Bad input is the user's to fix: one readable line, not a traceback.
         print(f"magma-run: error: {err}", file=sys.stderr)
