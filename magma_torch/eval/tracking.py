@@ -39,6 +39,10 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _one_line(e: Exception) -> str:
+    return f"{type(e).__name__}: " + " ".join(str(e).split())
+
+
 def _cell(v):
     # W&B table columns hold one type; lists (sources, evidence) are shown as text.
     return ", ".join(map(str, v)) if isinstance(v, list) else v
@@ -63,7 +67,7 @@ class WandbTracker:
                                   config=OmegaConf.to_container(run_cfg, resolve=True, throw_on_missing=False),
                                   settings=wandb.Settings(silent=True))
         except Exception as e:  # wandb raises many kinds (network, auth, usage); all end the run the same way
-            raise TrackerError(f"W&B could not start ({mode}): {type(e).__name__}: {e}") from e
+            raise TrackerError(f"W&B could not start ({mode}): {_one_line(e)}") from e
 
     def log_run(self, metrics: dict, rows: list[dict], plots: list[Path]) -> None:
         wandb = self.wandb
@@ -75,14 +79,14 @@ class WandbTracker:
                                 allow_mixed_types=True)
             self.run.log({"predictions": table, **{f"plots/{p.stem}": wandb.Image(str(p)) for p in plots}})
         except Exception as e:
-            raise TrackerError(f"W&B logging failed: {type(e).__name__}: {e}") from e
+            raise TrackerError(f"W&B logging failed: {_one_line(e)}") from e
 
     def close(self, ok: bool) -> None:
         try:
             self.run.finish(exit_code=0 if ok else 1)
         except Exception as e:
             if ok:
-                raise TrackerError(f"W&B could not finish the run: {type(e).__name__}: {e}") from e
+                raise TrackerError(f"W&B could not finish the run: {_one_line(e)}") from e
             log.warning("W&B could not finish a failed run: %s", e)
 
 
