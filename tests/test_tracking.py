@@ -15,7 +15,7 @@ from wandb.proto import wandb_internal_pb2  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "data" / "longmemeval_fixture.json"
 RUN = [sys.executable, "-m", "magma_torch.eval.runner", "dataset=longmemeval_s", f"dataset.path={FIXTURE}",
-       "progress=false", "logger=wandb"]
+       "progress=true", "logger=wandb"]
 
 
 def wandb_records(path: Path) -> list:
@@ -53,8 +53,10 @@ def offline_run(tmp_path_factory):
     return out, proc.stderr
 
 
-def test_offline_mode_is_announced_once(offline_run):
+def test_offline_mode_is_announced_once_and_progress_is_shown(offline_run):
     out, err = offline_run
+    # a streamed dataset has no known length: the bar counts memories
+    assert f"memories: {len(json.loads(FIXTURE.read_text()))}memory" in err
     said = [line for line in err.splitlines() if "no WANDB_API_KEY" in line]
     assert said == [f"magma-run: W&B: no WANDB_API_KEY, logging offline to {out}/wandb (upload later with `wandb sync`)"]
 

@@ -22,6 +22,7 @@ from magma_torch.eval.datasets import DatasetError, Sample, dataset_categories, 
 from magma_torch.eval.overrides import OverrideError, check_overrides
 from magma_torch.eval.metrics import (percentile, recall_all_at_k, recall_all_at_tokens, recall_any_at_k)
 from magma_torch.config import group_options
+from magma_torch.eval import progress
 from magma_torch.eval.plots import plot_categories
 from magma_torch.eval.prompts import ANSWER_PROMPT_VERSION, judge_prompt_version
 from magma_torch.eval.qa import answer_questions, judge_answers, score_answer
@@ -224,14 +225,15 @@ def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: i
                 mem.add_many(records(sample))
                 t1 = time.perf_counter()
                 bar.set_postfix_str("consolidate")
-                mem.consolidate()
+                progress.consolidate(mem, cfg.progress)
                 t2 = time.perf_counter()
                 usage = {k: v - usage0[k] for k, v in _consolidation_usage(mem).items()}
                 build = _sample_build(sample, mem, t1 - t0, t2 - t1, usage)
-                bar.set_postfix_str(f"evaluate {len(qs)} questions")
+                bar.set_postfix_str(f"retrieve {len(qs)} questions")
                 results = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs]) if qs else []
             rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
             if reader is not None and qs:
+                bar.set_postfix_str(f"answer {len(qs)} questions")
                 answer_rows(rows, qs, results, reader, judge, cfg.task)
             folder.append(rows, build)
 
