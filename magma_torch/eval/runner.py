@@ -181,8 +181,9 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         tracker = build_tracker(cfg.get("logger"), cfg, out_dir)
         limit = cfg.dataset.get("limit")
         total = min(len(samples), limit or len(samples)) if isinstance(samples, Sized) else limit
-        _run(cfg, folder, islice(samples, limit), total, reader if qa else None, judge, reader if shared else None)
-        metrics = summarise_run(cfg, folder, reader, judge)
+        selected = _run(cfg, folder, islice(samples, limit), total, reader if qa else None, judge,
+                        reader if shared else None)
+        metrics = summarise_run(cfg, folder, selected, reader, judge)
         plot = out_dir / "recall_by_category.png"
         plot_categories(metrics, plot)
         tracker.log_run(metrics, folder.rows, [plot])
@@ -208,12 +209,15 @@ def _sample_build(sample: Sample, mem: MagmaMemory, fast_path_s: float, consolid
 
 
 def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: int | None, reader, judge,
-         consolidation_llm) -> None:
+         consolidation_llm) -> set[str]:
+    """Build, retrieve and answer every sample the folder has not finished; returns the ids of all samples."""
     mem_cfg = cfg.memory
+    selected = set()
     embedder = Embedder(device=resolve_device(mem_cfg.device), **mem_cfg.embedder)
     done = folder.done_questions
     with tqdm(samples, desc="memories", unit="memory", total=total, disable=not cfg.progress) as bar:
         for sample in bar:
+            selected.add(sample.sample_id)
             if sample.sample_id in folder.builds:
                 continue  # finished by an earlier attempt in this folder
             qs = [q for q in sample.questions if q.question_id not in done]
@@ -236,11 +240,14 @@ def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: i
                 bar.set_postfix_str(f"answer {len(qs)} questions")
                 answer_rows(rows, qs, results, reader, judge, cfg.task)
             folder.append(rows, build)
+    return selected
 
 
-def summarise_run(cfg: DictConfig, folder: RunFolder, reader, judge) -> dict:
-    """metrics.json from every row and memory in the folder, this attempt's and earlier ones'."""
-    rows, builds = folder.rows, list(folder.builds.values())
+def summarise_run(cfg: DictConfig, folder: RunFolder, selected: set[str], reader, judge) -> dict:
+    """metrics.json over the selected samples' rows and memories, this attempt's and earlier ones'
+    (a folder resumed with a smaller dataset.limit keeps, but does not count, the others)."""
+    rows = [r for r in folder.rows if r["sample_id"] in selected]
+    builds = [b for s, b in folder.builds.items() if s in selected]
     edges: dict[str, int] = defaultdict(int)
     for b in builds:
         for rel, n in b["edges"].items():
