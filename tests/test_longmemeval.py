@@ -89,7 +89,9 @@ def test_top_level_must_be_a_list(tmp_path):
     path = tmp_path / "obj.json"
     path.write_text(json.dumps(RAW[0]))
     with pytest.raises(DatasetError, match=r"obj\.json: top level: expected a list"):
-        list(load_dataset("longmemeval_m", str(path)))
+        load_dataset("longmemeval_m", str(path))            # before any record is asked for
+    with pytest.raises(DatasetError, match=r"missing\.json: cannot read file"):
+        load_dataset("longmemeval_s", str(tmp_path / "missing.json"))
     with pytest.raises(DatasetError, match="needs a file"):
         load_dataset("longmemeval_oracle", None)
 

@@ -1,4 +1,4 @@
-"""Progress bars: consolidation shows the events the slow path has done, and keeps its result."""
+"""Progress bars: consolidation shows the events the slow path has done; an aborted memory skips it."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -11,7 +11,15 @@ from magma_torch.eval import progress
 from magma_torch.ingest.embedder import Embedder
 
 
-def test_consolidation_bar_counts_every_event(capsys):
+def test_consolidation_bar_counts_every_event(capsys, monkeypatch):
+    bars = []
+
+    class Recorded(progress.tqdm):
+        def close(self):
+            bars.append((self.n, self.total))
+            super().close()
+
+    monkeypatch.setattr(progress, "tqdm", Recorded)
     cfg = load_group("memory", "magma")
     OmegaConf.set_struct(cfg, False)
     cfg.slow_path.background = False          # the queue stays full until consolidate() drains it
@@ -23,5 +31,18 @@ def test_consolidation_bar_counts_every_event(capsys):
         assert mem.worker.pending() == len(recs)
         progress.consolidate(mem, enabled=True)
         assert mem.worker.pending() == 0 and mem.stats()["edges"]["entity"] > 0
-    err = capsys.readouterr().err
-    assert "consolidation" in err and f"{len(recs)}/{len(recs)}" in err
+    assert set(bars) == {(len(recs), len(recs))}      # the bar (cleared when done) reached every event
+    assert "consolidation:" in capsys.readouterr().err
+
+
+def test_cancel_drops_the_queue_so_an_aborted_memory_closes_at_once():
+    cfg = load_group("memory", "magma")
+    OmegaConf.set_struct(cfg, False)
+    cfg.slow_path.background = False
+    mem = MagmaMemory(cfg, "heuristic", device="cpu", embedder=Embedder(device="cpu"))
+    ids = mem.add_many([{"text": f"event {i}", "timestamp": datetime(2024, 1, 1 + i)} for i in range(4)])
+    assert mem.worker.cancel() == 4 and mem.worker.pending() == 0
+    assert {mem.worker.status[i] for i in ids} == {("failed", "cancelled")}
+    mem.consolidate()                           # nothing left to do
+    mem.close()
+    assert mem.stats()["edges"]["entity"] == 0

@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from collections import defaultdict
 from collections.abc import Iterable, Sized
 from itertools import islice
@@ -183,10 +184,13 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         total = min(len(samples), limit or len(samples)) if isinstance(samples, Sized) else limit
         selected = _run(cfg, folder, islice(samples, limit), total, reader if qa else None, judge,
                         reader if shared else None)
-        metrics = summarise_run(cfg, folder, selected, reader, judge)
+        # A folder resumed with a smaller dataset.limit keeps, but does not count, the other samples.
+        rows = [r for r in folder.rows if r["sample_id"] in selected]
+        builds = [b for sid, b in folder.builds.items() if sid in selected]
+        metrics = summarise_run(cfg, rows, builds, reader, judge)
         plot = out_dir / "recall_by_category.png"
         plot_categories(metrics, plot)
-        tracker.log_run(metrics, folder.rows, [plot])
+        tracker.log_run(metrics, rows, [plot])
         tracker.close(ok=True)
         tracker = None
         folder.finish(metrics)  # last: only now is the folder presented as finished
@@ -200,12 +204,65 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
                 m.close()
 
 
+class Terminated(Exception):
+    """SIGTERM (Slurm preemption, scancel, kill) arrived during a run."""
+
+
+class _Stop:
+    """SIGTERM handling. A signal raises at once only inside ``interruptible()`` (long waits on the
+    slow path or an LLM); elsewhere (e.g. while a thread starts) it is noted and raised at the
+    next ``stop_point()``, so no library is left half-way through its own bookkeeping."""
+
+    requested = False
+    interruptible = False
+
+
+def _terminate(signum, frame) -> None:
+    _Stop.requested = True
+    if _Stop.interruptible:
+        raise Terminated("SIGTERM")
+
+
+def stop_point() -> None:
+    if _Stop.requested:
+        raise Terminated("SIGTERM")
+
+
+@contextmanager
+def interruptible():
+    _Stop.interruptible = True
+    try:
+        stop_point()
+        yield
+    finally:
+        _Stop.interruptible = False
+
+
 def _sample_build(sample: Sample, mem: MagmaMemory, fast_path_s: float, consolidation_s: float, usage: dict) -> dict:
     """One memory's line of samples.jsonl: what building it cost and produced."""
     stats = mem.stats()
     return {"sample_id": sample.sample_id, "events": stats["events"], "entities": stats["entities"],
             "edges": dict(stats["edges"]), "fast_path_s": fast_path_s, "consolidation_s": consolidation_s,
             **{f"llm_{k}": v for k, v in usage.items()}}
+
+
+def _build_and_retrieve(cfg: DictConfig, sample: Sample, mem: MagmaMemory, qs: list, bar: tqdm) -> tuple[dict, list]:
+    """Ingest and consolidate one sample's turns, then retrieve for its questions ``qs``."""
+    usage0 = _consolidation_usage(mem)
+    bar.set_postfix_str(f"ingest {len(sample.turns)} turns")
+    t0 = time.perf_counter()
+    mem.add_many(records(sample))
+    t1 = time.perf_counter()
+    stop_point()
+    bar.set_postfix_str("consolidate")
+    with interruptible():
+        progress.consolidate(mem, cfg.progress)
+    t2 = time.perf_counter()
+    usage = {k: v - usage0[k] for k, v in _consolidation_usage(mem).items()}
+    build = _sample_build(sample, mem, t1 - t0, t2 - t1, usage)
+    bar.set_postfix_str(f"retrieve {len(qs)} questions")
+    results = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs]) if qs else []
+    return build, results
 
 
 def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: int | None, reader, judge,
@@ -217,37 +274,29 @@ def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: i
     done = folder.done_questions
     with tqdm(samples, desc="memories", unit="memory", total=total, disable=not cfg.progress) as bar:
         for sample in bar:
+            stop_point()
             selected.add(sample.sample_id)
             if sample.sample_id in folder.builds:
                 continue  # finished by an earlier attempt in this folder
             qs = [q for q in sample.questions if q.question_id not in done]
             with MagmaMemory(mem_cfg, cfg.consolidation, namespace=sample.sample_id, embedder=embedder,
                              **({"llm": consolidation_llm} if consolidation_llm is not None else {})) as mem:
-                usage0 = _consolidation_usage(mem)
-                bar.set_postfix_str(f"ingest {len(sample.turns)} turns")
-                t0 = time.perf_counter()
-                mem.add_many(records(sample))
-                t1 = time.perf_counter()
-                bar.set_postfix_str("consolidate")
-                progress.consolidate(mem, cfg.progress)
-                t2 = time.perf_counter()
-                usage = {k: v - usage0[k] for k, v in _consolidation_usage(mem).items()}
-                build = _sample_build(sample, mem, t1 - t0, t2 - t1, usage)
-                bar.set_postfix_str(f"retrieve {len(qs)} questions")
-                results = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs]) if qs else []
+                try:
+                    build, results = _build_and_retrieve(cfg, sample, mem, qs, bar)
+                except BaseException:
+                    mem.worker.cancel()  # the memory is thrown away: closing it must not consolidate the rest
+                    raise
             rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
             if reader is not None and qs:
                 bar.set_postfix_str(f"answer {len(qs)} questions")
-                answer_rows(rows, qs, results, reader, judge, cfg.task)
+                with interruptible():
+                    answer_rows(rows, qs, results, reader, judge, cfg.task)
             folder.append(rows, build)
     return selected
 
 
-def summarise_run(cfg: DictConfig, folder: RunFolder, selected: set[str], reader, judge) -> dict:
-    """metrics.json over the selected samples' rows and memories, this attempt's and earlier ones'
-    (a folder resumed with a smaller dataset.limit keeps, but does not count, the others)."""
-    rows = [r for r in folder.rows if r["sample_id"] in selected]
-    builds = [b for s, b in folder.builds.items() if s in selected]
+def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader, judge) -> dict:
+    """metrics.json from question rows and memory builds, this attempt's and earlier ones'."""
     edges: dict[str, int] = defaultdict(int)
     for b in builds:
         for rel, n in b["edges"].items():
@@ -289,18 +338,11 @@ def format_table(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-class Terminated(Exception):
-    """SIGTERM (Slurm preemption, scancel, kill) arrived during a run."""
-
-
-def _terminate(signum, frame) -> None:
-    raise Terminated("SIGTERM")
-
-
 @hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)
 def hydra_main(cfg: DictConfig) -> None:
     out = Path(cfg.out_dir)
     # Raised in the main thread: the run unwinds, closing its memory and files; what finished is on disk.
+    _Stop.requested = False
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         metrics = run(cfg, out)

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, BinaryIO
 
 import ijson
 
@@ -34,18 +34,23 @@ _DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"  # "2023/12/18 (Mon) 04:17"
 def load_longmemeval(path: str | os.PathLike[str]) -> Iterator[Sample]:
     """Stream a LongMemEval JSON file (a list of question records) as samples.
 
-    Raises DatasetError naming the file and the record on bad input, when that record is reached.
+    A missing file or a wrong top level fails here; a bad record raises DatasetError naming the
+    file and the record when the stream reaches it.
     """
     file = os.fspath(path)
     try:
         f = open(file, "rb")
     except OSError as e:
         raise DatasetError(f"{file}: cannot read file: {e.strerror or e}") from e
+    if not f.read(64).lstrip().startswith(b"["):
+        f.close()
+        raise DatasetError(f"{file}: top level: expected a list of question records")
+    f.seek(0)
+    return _stream(f, file)
+
+
+def _stream(f: BinaryIO, file: str) -> Iterator[Sample]:
     with f:
-        head = f.read(64).lstrip()
-        if not head.startswith(b"["):
-            raise DatasetError(f"{file}: top level: expected a list of question records")
-        f.seek(0)
         index = -1
         try:
             for index, raw in enumerate(ijson.items(f, "item", use_float=True)):
