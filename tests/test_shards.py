@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from magma_torch.eval.aggregate import AggregateError, aggregate
 from magma_torch.eval.datasets import DatasetError, load_demo, select_samples
-from magma_torch.eval.runner import summarise
+from magma_torch.eval.runner import summarise_run
 
 
 def test_shards_are_disjoint_and_cover_every_sample():
@@ -50,10 +50,11 @@ def write_shard(folder, i, rows, cfg, edges=3):
     OmegaConf.save(OmegaConf.merge(cfg, {"dataset": {"shard": f"{i}/2"}, "out_dir": str(folder)}),
                    folder / "config.yaml")
     (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    metrics = {"dataset": "demo", "memory": "magma", "n_questions": len(rows),
-               "overall": summarise(rows, cfg.task), "by_category": {"temporal": summarise(rows, cfg.task)},
-               "build": {"events": 10, "entities": 2, "fast_path_s": 1.5, "consolidation_s": 0.5,
-                         "edges": {"temporal": edges, "semantic": 1, "causal": 0, "entity": 4}}}
+    build = {"sample_id": f"s{i}", "events": 10, "entities": 2, "fast_path_s": 1.5, "consolidation_s": 0.5,
+             "edges": {"temporal": edges, "semantic": 1, "causal": 0, "entity": 4},
+             "llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0}
+    (folder / "samples.jsonl").write_text(json.dumps(build) + "\n")
+    metrics = summarise_run(cfg, rows, [build], None, None)
     (folder / "metrics.json").write_text(json.dumps(metrics))
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from magma_torch.eval.plots import plot_categories
-from magma_torch.eval.runner import RECALL_EXCLUDED, llm_costs, summarise
+from magma_torch.eval.runner import llm_costs, summarise_run
 
 # settings that may differ between the shards of one experiment
 PER_SHARD = ("out_dir", "dataset.shard", "dataset.sample_ids")
@@ -35,31 +35,22 @@ def _shard_config(folder: Path):
     return cfg
 
 
-def read_shard(folder: Path) -> tuple[dict, list[dict]]:
-    """A finished shard's metrics and rows; an unfinished one (no metrics.json) is an error."""
-    for name in ("metrics.json", "predictions.jsonl", "config.yaml"):
+def _json_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_shard(folder: Path) -> tuple[dict, list[dict], list[dict]]:
+    """A finished shard's metrics, question rows and memory builds; an unfinished one (no
+    metrics.json) is an error."""
+    for name in ("metrics.json", "predictions.jsonl", "samples.jsonl", "config.yaml"):
         if not (folder / name).is_file():
             raise AggregateError(f"{folder}: no {name} (the shard did not finish)")
     metrics = json.loads((folder / "metrics.json").read_text())
-    rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line.strip()]
+    rows = _json_lines(folder / "predictions.jsonl")
     if len(rows) != metrics["n_questions"]:
         raise AggregateError(f"{folder}: predictions.jsonl has {len(rows)} rows, metrics.json counts "
                              f"{metrics['n_questions']}")
-    return metrics, rows
-
-
-def _sum_build(blocks: list[dict]) -> dict:
-    """Counters and seconds add up over shards; per-relation edge counts too."""
-    out: dict = {}
-    for b in blocks:
-        for k, v in b.items():
-            if isinstance(v, dict):
-                sub = out.setdefault(k, {})
-                for name, n in v.items():
-                    sub[name] = sub.get(name, 0) + n
-            else:
-                out[k] = out.get(k, 0) + v
-    return out
+    return metrics, rows, _json_lines(folder / "samples.jsonl")
 
 
 def aggregate(shards: list[Path], out: Path) -> dict:
@@ -72,30 +63,26 @@ def aggregate(shards: list[Path], out: Path) -> dict:
         if _shard_config(folder) != first_cfg:
             raise AggregateError(f"{folder}: its config.yaml differs from {shards[0]} beyond {', '.join(PER_SHARD)}")
         parts.append(read_shard(folder))
-    rows = [r for _, shard_rows in parts for r in shard_rows]
+    rows = [r for _, shard_rows, _ in parts for r in shard_rows]
     seen = Counter(r["question_id"] for r in rows)
     twice = [q for q, c in seen.items() if c > 1]
     if twice:
         raise AggregateError(f"question {twice[0]!r} is in more than one shard: the shards overlap")
-    task = first_cfg.task
     first = parts[0][0]
-    categories = list(dict.fromkeys(c for m, _ in parts for c in m["by_category"]))
-    metrics = dict(first)
-    metrics.update({
-        "n_questions": len(rows),
-        "overall": summarise([r for r in rows if r["category"] not in RECALL_EXCLUDED], task),
-        "by_category": {c: summarise([r for r in rows if r["category"] == c], task) for c in categories},
-        "build": _sum_build([m["build"] for m, _ in parts]),
-        "shards": [str(f) for f in shards],
-    })
+    # the same computation as a single run's metrics.json, over every shard's rows and builds
+    metrics = summarise_run(first_cfg, rows, [b for _, _, builds in parts for b in builds], None, None)
+    metrics["shards"] = [str(f) for f in shards]
     if "answering" in first:
         answering, judging = llm_costs(rows)
         metrics["answering"] = {**answering, "llm": first["answering"].get("llm")}
         metrics["judging"] = {**judging, "llm": first["judging"].get("llm")}
+        metrics["prompts"] = first.get("prompts")
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(first_cfg))
     with (out / "predictions.jsonl").open("w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
+    with (out / "samples.jsonl").open("w") as f:
+        f.writelines(json.dumps(b) + "\n" for _, _, builds in parts for b in builds)
     plot_categories(metrics, out / "recall_by_category.png")
     # written last: a folder with metrics.json is a finished run
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))

@@ -59,7 +59,8 @@ def answer_questions(retrievals: Sequence, questions: Sequence[QuestionLike], re
 
 def judge_reference(gold: str | None, category: str) -> str | None:
     """What the judge compares with: the gold answer (LoCoMo's first ';' part for
-    open-domain), or "not mentioned" for adversarial questions, whose gold is a trap."""
+    open-domain), or "not mentioned" for LoCoMo's adversarial questions, whose gold is a trap.
+    ``category`` may also be a LongMemEval judge kind (prompts.LONGMEMEVAL_JUDGE_KINDS)."""
     return NOT_MENTIONED if category == "adversarial" else reference_answer(gold, category)
 
 
@@ -93,7 +94,7 @@ def judge_answers(judge: LLM, questions: Sequence[str], golds: Sequence[str | No
             out[i] = Verdict(0, called=False)
         else:
             todo.append(i)
-            prompts.append(judge_prompt(q, ref, a.prediction))
+            prompts.append(judge_prompt(q, ref, a.prediction, cat))
     for i, g in zip(todo, _generate(judge, prompts, schema=JUDGE_SCHEMA, max_tokens=max_tokens, temperature=0.0)):
         v, err = parse_verdict(g)
         out[i] = Verdict(v, g.prompt_tokens, g.completion_tokens, err)

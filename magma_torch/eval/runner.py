@@ -5,11 +5,13 @@ config.yaml and per-category plots.
 """
 from __future__ import annotations
 
-import json
 import logging
+import signal
 import sys
 import time
+from contextlib import contextmanager
 from collections import defaultdict
+from collections.abc import Iterable, Sized
 from pathlib import Path
 
 import hydra
@@ -17,12 +19,16 @@ from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from magma_torch.eval.datasets import DatasetError, Sample, load_dataset, select_samples
+from magma_torch.eval.datasets import DatasetError, Sample, dataset_categories, load_dataset, select_samples
+from magma_torch.eval.overrides import OverrideError, check_overrides
 from magma_torch.eval.metrics import (percentile, recall_all_at_k, recall_all_at_tokens, recall_any_at_k)
 from magma_torch.config import group_options
+from magma_torch.eval import progress
 from magma_torch.eval.plots import plot_categories
-from magma_torch.eval.prompts import ANSWER_PROMPT_VERSION, JUDGE_PROMPT_VERSION
+from magma_torch.eval.prompts import ANSWER_PROMPT_VERSION, judge_prompt_version
 from magma_torch.eval.qa import answer_questions, judge_answers, score_answer
+from magma_torch.eval.run_folder import RunFolder, RunFolderError
+from magma_torch.eval.tracking import TrackerError, build_tracker
 from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.llm import build_llm
@@ -30,7 +36,6 @@ from magma_torch.llm.base import LLMUnavailable
 from magma_torch.memory import MagmaMemory
 
 log = logging.getLogger("magma_torch.run")
-CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial")
 RECALL_EXCLUDED = {"adversarial"}
 QA_METRICS = ("f1", "bleu1", "judge")
 
@@ -52,8 +57,10 @@ def question_row(sample: Sample, q, r, task) -> dict:
            "retrieved_sources": retrieved,
            "context_sources": [s for n in r.nodes if n.id in set(r.context_ids) for s in n.source_ids],
            "context_tokens": r.context_tokens, "intent": r.intent, "retrieval_ms": r.retrieval_ms,
-           "truncated": r.truncated}
-    if q.evidence and q.category not in RECALL_EXCLUDED:
+           "truncated": r.truncated, "abstention": q.abstention}
+    if q.abstention or q.category in RECALL_EXCLUDED:
+        return row
+    if q.evidence:
         srcs, toks = [n.source_ids for n in r.nodes], [n.tokens for n in r.nodes]
         for k in task.recall_k:
             row[f"recall_all@{k}"] = recall_all_at_k(retrieved, q.evidence, k)
@@ -61,18 +68,35 @@ def question_row(sample: Sample, q, r, task) -> dict:
             row[f"recall_any@{k}"] = recall_any_at_k(retrieved, q.evidence, k)
         for b in task.recall_tokens:
             row[f"recall_all@{b}tok"] = recall_all_at_tokens(srcs, toks, q.evidence, b)
+    if q.evidence_sessions:
+        # Sessions ranked by their best retrieved turn.
+        session_of = {t.source_id: t.session_id for t in sample.turns}
+        sessions = [session_of[s] for s in retrieved if s in session_of]
+        row["evidence_sessions"] = list(q.evidence_sessions)
+        for k in task.recall_k:
+            row[f"session_recall_all@{k}"] = recall_all_at_k(sessions, q.evidence_sessions, k)
+        for k in task.recall_any_k:
+            row[f"session_recall_any@{k}"] = recall_any_at_k(sessions, q.evidence_sessions, k)
     return row
 
 
-def summarise(rows: list[dict], task) -> dict:
+def recall_keys(task, rows: list[dict]) -> list[str]:
+    """The recall columns: turn level always, session level when some row has session evidence."""
     keys = ([f"recall_all@{k}" for k in task.recall_k] + [f"recall_any@{k}" for k in task.recall_any_k]
             + [f"recall_all@{b}tok" for b in task.recall_tokens])
+    session = [f"session_recall_all@{k}" for k in task.recall_k] + [f"session_recall_any@{k}" for k in task.recall_any_k]
+    return keys + session if any(session[0] in r for r in rows) else keys
+
+
+def summarise(rows: list[dict], task, keys: list[str]) -> dict:
     out = {}
     for k in keys:
         vals = [r[k] for r in rows if k in r]
         out[k] = sum(vals) / len(vals) if vals else None
     out["n"] = len(rows)
     out["n_recall"] = sum(1 for r in rows if keys and keys[0] in r)
+    if any(k.startswith("session_") for k in keys):
+        out["n_session_recall"] = sum(1 for r in rows if "evidence_sessions" in r)
     out["context_tokens_mean"] = sum(r["context_tokens"] for r in rows) / len(rows) if rows else None
     ms = [r["retrieval_ms"] for r in rows]
     out["retrieval_ms_p50"], out["retrieval_ms_p95"] = percentile(ms, 50), percentile(ms, 95)
@@ -86,7 +110,8 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
     """task=qa: answer every question of one conversation in one batch, score, judge in one batch."""
     answers = answer_questions(results, qs, reader, max_tokens=task.get("answer_max_tokens", 128),
                                temperature=task.get("answer_temperature", 0.0))
-    verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], [q.category for q in qs],
+    kinds = ["abstention" if q.abstention else q.category for q in qs]   # picks the judge prompt
+    verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], kinds,
                              answers, max_tokens=task.get("judge_max_tokens", 16)) if judge is not None else None
     for i, (row, q, a) in enumerate(zip(rows, qs, answers)):
         row["prediction"] = a.prediction
@@ -134,7 +159,7 @@ def _consolidation_usage(mem: MagmaMemory) -> dict:
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict:
-    """Run one experiment and write its folder; returns the metrics dict."""
+    """Run one experiment and write its folder (resuming what it already holds); returns the metrics dict."""
     qa = cfg.task.name == "qa"
     c = cfg.consolidation
     # consolidation=llm with `llm: ???` consolidates with the LLM of the `llm` group
@@ -144,9 +169,13 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
     d = cfg.dataset
-    samples = list(select_samples(load_dataset(d.name, d.get("path")), d.get("limit"), d.get("sample_ids"),
-                                  d.get("shard")))
-    reader = judge = None
+    samples = load_dataset(d.name, d.get("path"))
+    limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
+    total = (None if sample_ids is not None or shard is not None
+             else min(len(samples), limit or len(samples)) if isinstance(samples, Sized) else limit)
+    selection = select_samples(samples, limit, sample_ids, shard)  # a bad shard fails before the folder exists
+    reader = judge = tracker = None
+    folder = RunFolder(out_dir)
     try:
         if qa or shared:
             reader = build_llm(cfg.llm)
@@ -158,74 +187,158 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
             judge = reader if same else build_llm(cfg.get("judge"))
             if judge is None:
                 log.info("task=qa without judge=...: the judge metric is null")
-        return _run(cfg, out_dir, samples, reader if qa else None, judge, reader if shared else None)
+        folder.open(cfg)
+        tracker = build_tracker(cfg.get("logger"), cfg, out_dir)
+        selected = _run(cfg, folder, selection, total, reader if qa else None, judge, reader if shared else None)
+        # A folder resumed with a smaller dataset.limit keeps, but does not count, the other samples.
+        rows = [r for r in folder.rows if r["sample_id"] in selected]
+        builds = [b for sid, b in folder.builds.items() if sid in selected]
+        metrics = summarise_run(cfg, rows, builds, reader, judge)
+        plot = out_dir / "recall_by_category.png"
+        plot_categories(metrics, plot)
+        tracker.log_run(metrics, rows, [plot])
+        tracker.close(ok=True)
+        tracker = None
+        folder.finish(metrics)  # last: only now is the folder presented as finished
+        return metrics
     finally:
-        for m in {id(m): m for m in (reader, judge) if m is not None}.values():
+        folder.close()
+        if tracker is not None:
+            tracker.close(ok=False)
+        for m in {id(m): m for m in (reader, judge) if m is not None}.values():  # a judge may be the reader
             m.close()
 
 
-def _run(cfg: DictConfig, out_dir: Path, samples: list[Sample], reader, judge, consolidation_llm) -> dict:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+class Terminated(Exception):
+    """SIGTERM (Slurm preemption, scancel, kill) arrived during a run."""
+
+
+class _Stop:
+    """SIGTERM handling. A signal raises at once only inside ``interruptible()`` (long waits on the
+    slow path or an LLM); elsewhere (e.g. while a thread starts) it is noted and raised at the
+    next ``stop_point()``, so no library is left half-way through its own bookkeeping."""
+
+    requested = False
+    interruptible = False
+
+
+def _terminate(signum, frame) -> None:
+    _Stop.requested = True
+    if _Stop.interruptible:
+        raise Terminated("SIGTERM")
+
+
+def stop_point() -> None:
+    if _Stop.requested:
+        raise Terminated("SIGTERM")
+
+
+@contextmanager
+def interruptible():
+    _Stop.interruptible = True
+    try:
+        stop_point()
+        yield
+    finally:
+        _Stop.interruptible = False
+
+
+def _sample_build(sample: Sample, mem: MagmaMemory, fast_path_s: float, consolidation_s: float, usage: dict) -> dict:
+    """One memory's line of samples.jsonl: what building it cost and produced."""
+    stats = mem.stats()
+    return {"sample_id": sample.sample_id, "events": stats["events"], "entities": stats["entities"],
+            "edges": dict(stats["edges"]), "fast_path_s": fast_path_s, "consolidation_s": consolidation_s,
+            **{f"llm_{k}": v for k, v in usage.items()}}
+
+
+def _build_and_retrieve(cfg: DictConfig, sample: Sample, mem: MagmaMemory, qs: list, bar: tqdm) -> tuple[dict, list]:
+    """Ingest and consolidate one sample's turns, then retrieve for its questions ``qs``."""
+    usage0 = _consolidation_usage(mem)
+    bar.set_postfix_str(f"ingest {len(sample.turns)} turns")
+    t0 = time.perf_counter()
+    mem.add_many(records(sample))
+    t1 = time.perf_counter()
+    stop_point()
+    bar.set_postfix_str("consolidate")
+    with interruptible():
+        progress.consolidate(mem, cfg.progress)
+    t2 = time.perf_counter()
+    usage = {k: v - usage0[k] for k, v in _consolidation_usage(mem).items()}
+    build = _sample_build(sample, mem, t1 - t0, t2 - t1, usage)
+    bar.set_postfix_str(f"retrieve {len(qs)} questions")
+    results = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs]) if qs else []
+    return build, results
+
+
+def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: int | None, reader, judge,
+         consolidation_llm) -> set[str]:
+    """Build, retrieve and answer every sample the folder has not finished; returns the ids of all samples."""
     mem_cfg = cfg.memory
+    selected = set()
     embedder = Embedder(device=resolve_device(mem_cfg.device), **mem_cfg.embedder)
-    rows, build, llm_build = [], defaultdict(float), defaultdict(int)
-    edges = defaultdict(int)
-    pred_path = out_dir / "predictions.jsonl"
-    with pred_path.open("w") as pred:
-        for sample in tqdm(samples, desc="conversations", disable=not cfg.progress):
+    done = folder.done_questions
+    with tqdm(samples, desc="memories", unit="memory", total=total, disable=not cfg.progress) as bar:
+        for sample in bar:
+            stop_point()
+            selected.add(sample.sample_id)
+            if sample.sample_id in folder.builds:
+                continue  # finished by an earlier attempt in this folder
+            qs = [q for q in sample.questions if q.question_id not in done]
             with MagmaMemory(mem_cfg, cfg.consolidation, namespace=sample.sample_id, embedder=embedder,
                              **({"llm": consolidation_llm} if consolidation_llm is not None else {})) as mem:
-                usage0 = _consolidation_usage(mem)
-                t0 = time.perf_counter()
-                mem.add_many(records(sample))
-                t1 = time.perf_counter()
-                mem.consolidate()
-                t2 = time.perf_counter()
-                build["fast_path_s"] += t1 - t0
-                build["consolidation_s"] += t2 - t1
-                for k, v in _consolidation_usage(mem).items():
-                    llm_build[k] += v - usage0[k]
-                stats = mem.stats()
-                build["events"] += stats["events"]
-                build["entities"] += stats["entities"]
-                for rel, n in stats["edges"].items():
-                    edges[rel] += n
-                qs = list(sample.questions)
-                results = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs])
-                conv_rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
-                if reader is not None:
-                    answer_rows(conv_rows, qs, results, reader, judge, cfg.task)
-                for row in conv_rows:
-                    rows.append(row)
-                    pred.write(json.dumps(row) + "\n")
-                pred.flush()
-    metrics = {"dataset": cfg.dataset.name, "memory": mem_cfg.name, "n_questions": len(rows),
-               "overall": summarise([r for r in rows if r["category"] not in RECALL_EXCLUDED], cfg.task),
-               "by_category": {c: summarise([r for r in rows if r["category"] == c], cfg.task) for c in CATEGORIES},
-               "build": {"events": int(build["events"]), "entities": int(build["entities"]), "edges": dict(edges),
-                         "fast_path_s": build["fast_path_s"], "consolidation_s": build["consolidation_s"],
-                         "llm_calls": llm_build["calls"],
-                         "llm_tokens": llm_build["prompt_tokens"] + llm_build["completion_tokens"],
-                         "llm_prompt_tokens": llm_build["prompt_tokens"],
-                         "llm_completion_tokens": llm_build["completion_tokens"]}}
+                try:
+                    build, results = _build_and_retrieve(cfg, sample, mem, qs, bar)
+                except BaseException:
+                    mem.worker.cancel()  # the memory is thrown away: closing it must not consolidate the rest
+                    raise
+            rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
+            if reader is not None and qs:
+                bar.set_postfix_str(f"answer {len(qs)} questions")
+                with interruptible():
+                    answer_rows(rows, qs, results, reader, judge, cfg.task)
+            folder.append(rows, build)
+    return selected
+
+
+def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader, judge) -> dict:
+    """metrics.json from question rows and memory builds, this attempt's and earlier ones'."""
+    edges: dict[str, int] = defaultdict(int)
+    for b in builds:
+        for rel, n in b["edges"].items():
+            edges[rel] += n
+
+    def total(key: str):
+        return sum(b[key] for b in builds)
+
+    keys = recall_keys(cfg.task, rows)
+    metrics = {"dataset": cfg.dataset.name, "memory": cfg.memory.name, "n_questions": len(rows),
+               "overall": summarise([r for r in rows if r["category"] not in RECALL_EXCLUDED], cfg.task, keys),
+               "by_category": {c: summarise([r for r in rows if r["category"] == c], cfg.task, keys)
+                               for c in dataset_categories(cfg.dataset.name)},
+               "build": {"events": total("events"), "entities": total("entities"), "edges": dict(edges),
+                         "fast_path_s": total("fast_path_s"), "consolidation_s": total("consolidation_s"),
+                         "llm_calls": total("llm_calls"),
+                         "llm_tokens": total("llm_prompt_tokens") + total("llm_completion_tokens"),
+                         "llm_prompt_tokens": total("llm_prompt_tokens"),
+                         "llm_completion_tokens": total("llm_completion_tokens")}}
+    abstention = [r for r in rows if r.get("abstention")]
+    if abstention:
+        metrics["abstention"] = summarise(abstention, cfg.task, keys)
     if reader is not None:
         metrics["answering"], metrics["judging"] = llm_costs(rows)
         metrics["answering"]["llm"] = getattr(reader, "name", type(reader).__name__)
         metrics["judging"]["llm"] = None if judge is None else getattr(judge, "name", type(judge).__name__)
-        metrics["prompts"] = {"answer": ANSWER_PROMPT_VERSION, "judge": JUDGE_PROMPT_VERSION}
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    plot_categories(metrics, out_dir / "recall_by_category.png")
+        metrics["prompts"] = {"answer": ANSWER_PROMPT_VERSION, "judge": judge_prompt_version(cfg.dataset.name)}
     return metrics
 
 
 def format_table(metrics: dict) -> str:
-    cols = [k for k in metrics["overall"] if k.startswith("recall")] + ["context_tokens_mean", "retrieval_ms_p50"]
+    cols = [k for k in metrics["overall"] if "recall_" in k] + ["context_tokens_mean", "retrieval_ms_p50"]
     cols += [k for k in QA_METRICS if any(m.get(k) is not None for m in [metrics["overall"], *metrics["by_category"].values()])]
     lines = [f"{metrics['dataset']} / {metrics['memory']}: {metrics['n_questions']} questions",
              "| category | n | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
     for name, m in [("overall", metrics["overall"]), *metrics["by_category"].items()]:
-        cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if c.startswith("recall") or c in QA_METRICS else f"{m[c]:.1f}" for c in cols]
+        cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if "recall_" in c or c in QA_METRICS else f"{m[c]:.1f}" for c in cols]
         lines.append(f"| {name} | {m['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -234,15 +347,37 @@ register_slurm_launcher()   # hydra/launcher=slurm, slurm_local
 
 
 @hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
+    out = Path(cfg.out_dir)
+    # Raised in the main thread: the run unwinds, closing its memory and files; what finished is on disk.
+    _Stop.requested = False
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        metrics = run(cfg, Path(cfg.out_dir))
-    except (DatasetError, IngestError, ConfigError, LLMUnavailable) as err:
+        metrics = run(cfg, out)
+    except (Terminated, KeyboardInterrupt) as err:
+        # (libraries may re-wrap the exception on its way up, so its type says which signal it was)
+        sig = signal.SIGTERM if isinstance(err, Terminated) else signal.SIGINT
+        print(f"magma-run: stopped by {sig.name}; finished questions are kept in {out}, "
+              f"rerun with out_dir={out} to resume", file=sys.stderr)
+        sys.exit(128 + sig.value)
+    except (DatasetError, IngestError, ConfigError, LLMUnavailable, RunFolderError, TrackerError) as err:
         # Bad input is the user's to fix: one readable line, not a traceback.
         print(f"magma-run: error: {err}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(format_table(metrics))
-    print(f"run folder: {cfg.out_dir}")
+    print(f"run folder: {out}")
+
+
+def main() -> None:
+    """Console entry: validate the command-line overrides before Hydra starts any work."""
+    try:
+        check_overrides(sys.argv[1:])
+    except OverrideError as err:
+        print(f"magma-run: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    hydra_main()
 
 
 if __name__ == "__main__":

@@ -111,6 +111,17 @@ class SlowPathWorker:
             self.queue.extend(state["queue"])
             self._cv.notify_all()
 
+    def cancel(self) -> int:
+        """Drop the queued events that no batch has taken yet; returns how many. For a memory
+        being thrown away (an aborted run), so that closing it waits for one batch at most."""
+        with self._cv:
+            n = len(self.queue)
+            for i in self.queue:
+                self.status[i] = ("failed", "cancelled")
+            self.queue.clear()
+            self._cv.notify_all()
+            return n
+
     def close(self) -> None:
         with self._cv:
             self._stop = True

@@ -2,22 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .base import DatasetError, Question, Sample, Turn
 from .demo import load_demo
 from .locomo import load_locomo
+from .longmemeval import QUESTION_TYPES, load_longmemeval
 from .select import select_samples
 
-__all__ = ["Turn", "Question", "Sample", "DatasetError", "load_locomo", "load_demo", "load_dataset", "select_samples"]
+__all__ = ["Turn", "Question", "Sample", "DatasetError", "load_locomo", "load_demo", "load_longmemeval",
+           "load_dataset", "dataset_categories", "select_samples"]
 
-DATASETS = ("locomo", "demo")
+LONGMEMEVAL = ("longmemeval_s", "longmemeval_m", "longmemeval_oracle")
+DATASETS = ("locomo", "demo", *LONGMEMEVAL)
+# LoCoMo (and the demo, in its schema): the order of the paper's tables
+_LOCOMO_ORDER = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial")
 
 
-def load_dataset(name: str, path: str | None = None) -> list[Sample]:
-    """Load a dataset by name: "locomo" needs ``path``; "demo" ignores it."""
-    if name == "locomo":
-        if not path:
-            raise DatasetError("dataset 'locomo' needs a file: set dataset.path to the LoCoMo JSON file")
-        return load_locomo(path)
+def load_dataset(name: str, path: str | None = None) -> Iterable[Sample]:
+    """Load a dataset by name: "locomo" and the LongMemEval splits need ``path`` (LongMemEval
+    is streamed: its samples are produced one at a time); "demo" ignores it."""
     if name == "demo":
         return load_demo()
-    raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    if name not in DATASETS:
+        raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    if not path:
+        raise DatasetError(f"dataset {name!r} needs a file: set dataset.path to its JSON file")
+    return load_locomo(path) if name == "locomo" else load_longmemeval(path)
+
+
+def dataset_categories(name: str) -> tuple[str, ...]:
+    """The categories a dataset's questions fall in (the keys of metrics.json ``by_category``)."""
+    if name in LONGMEMEVAL:
+        return QUESTION_TYPES
+    return _LOCOMO_ORDER

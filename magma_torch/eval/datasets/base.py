@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,10 @@ class Question:
     question: str
     gold: str | None  # reference answer; adversarial questions use the adversarial answer
     evidence: tuple[str, ...]  # normalised source_ids of the turns that support the answer
-    category: str  # "multi-hop" | "temporal" | "open-domain" | "single-hop" | "adversarial"
+    category: str  # LoCoMo: "multi-hop" | "temporal" | ...; LongMemEval: its question_type
     query_time: datetime | None  # when the question is asked
+    evidence_sessions: tuple[str, ...] = ()  # session_ids of the sessions that hold the answer
+    abstention: bool = False  # unanswerable by design (LongMemEval "_abs"): judged, never in recall
 
 
 @dataclass(frozen=True)
@@ -40,3 +43,21 @@ class Sample:
 
 class DatasetError(ValueError):
     """A dataset file is missing or malformed; the message names the file and JSON path."""
+
+
+def require(obj: Any, key: str, kind: type | tuple[type, ...], file: str, where: str) -> Any:
+    """Fetch obj[key] checked against kind, or raise naming the file and JSON path."""
+    if not isinstance(obj, dict):
+        raise DatasetError(f"{file}: {where}: expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise DatasetError(f"{file}: {where}: missing {key!r}")
+    value = obj[key]
+    # bool is an int subclass, but no dataset field that wants a number takes a boolean.
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+        names = " or ".join(t.__name__ for t in _kinds(kind))
+        raise DatasetError(f"{file}: {where}.{key}: expected {names}, got {type(value).__name__}")
+    return value
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)

@@ -14,7 +14,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from .base import DatasetError, Question, Sample, Turn
+from .base import DatasetError, Question, Sample, Turn, require as _field
 
 logger = logging.getLogger(__name__)
 
@@ -45,20 +45,6 @@ def canonical_dia_id(raw: str) -> str | None:
     """Return "D<session>:<turn>" for a (possibly malformed) dia_id, or None if unparseable."""
     m = _DIA_ID.fullmatch(raw.strip())
     return f"D{int(m[1])}:{int(m[2])}" if m else None
-
-
-def _field(obj: Any, key: str, kind: type | tuple[type, ...], file: str, where: str) -> Any:
-    """Fetch obj[key] checked against kind, or raise naming the file and JSON path."""
-    if not isinstance(obj, dict):
-        raise DatasetError(f"{file}: {where}: expected an object, got {type(obj).__name__}")
-    if key not in obj:
-        raise DatasetError(f"{file}: {where}: missing {key!r}")
-    value = obj[key]
-    # bool is an int subclass, but a boolean is never a valid LoCoMo value.
-    if not isinstance(value, kind) or isinstance(value, bool):
-        names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
-        raise DatasetError(f"{file}: {where}.{key}: expected {names}, got {type(value).__name__}")
-    return value
 
 
 def _parse_date(text: str, file: str, where: str) -> datetime:

@@ -1,0 +1,49 @@
+"""Start-up validation of magma-run overrides: a typo fails in one line before any work."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from magma_torch.eval.overrides import OverrideError, check_overrides
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["task=qaa"], r"unknown task 'qaa' in override 'task=qaa'; options: qa, retrieval"),
+    (["-m", "memory=magma,bm5"], r"unknown memory 'bm5' .*options: .*bm25"),
+    (["memory.retrieval.beam.gama=0.1"], r"memory\.retrieval\.beam has no 'gama'; it has: .*gamma"),
+    (["tsk=qa"], r"unknown setting 'tsk'.*the config has no 'tsk'.*groups: .*task"),
+    (["memory.retrieval.beam.gamma=abc"], r"memory\.retrieval\.beam\.gamma expects a number \(default 0\.3\), got 'abc'"),
+    (["memory.retrieval.beam.max_depth=2.5"], r"max_depth expects an integer"),
+    (["progress=yes"], r"progress expects true or false"),
+    (["memory.retrieval.signal_top_k=3"], r"signal_top_k expects a mapping"),
+    (["-m", "memory.retrieval.beam.gamma=0.1,x"], r"expects a number .* got 'x'"),
+    (["+seed=3"], r"\+seed=3: Could not append to config"),
+    (["task=retrieval,"], r"."),                       # unparsable sweep
+])
+def test_bad_overrides_fail(argv, message):
+    with pytest.raises(OverrideError, match=message) as err:
+        check_overrides(argv)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["dataset=locomo", "dataset.path=/data/locomo10.json", "dataset.limit=2"],
+    ["-m", "memory=magma,bm25", "memory.retrieval.beam.gamma=0.1,0.5", "memory.retrieval.beam.max_depth=range(2,4)"],
+    ["memory.retrieval.intent_weights.WHY.causal=5", "progress=false", "out_dir=/tmp/somewhere"],
+    ["+memory.retrieval.note=hello", "logger=wandb", "logger.tags=[a,b]", "hydra/launcher=basic"],
+])
+def test_good_overrides_pass(argv):
+    check_overrides(argv)
+
+
+def test_magma_run_rejects_a_typo_before_any_work(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "memory.retrieval.beam.gama=0.1",
+                           f"out_dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]           # one line
+    assert proc.stderr.startswith("magma-run: error: unknown setting 'memory.retrieval.beam.gama'")
+    assert not out.exists()

@@ -1,0 +1,88 @@
+"""Resuming a run folder: a SIGTERM'd magma-run continues where it stopped, nothing redone or counted twice."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from magma_torch.eval.run_folder import RunFolder, RunFolderError
+
+RUN = [sys.executable, "-m", "magma_torch.eval.runner", "dataset=demo", "memory=magma", "progress=false"]
+TIMING = {"retrieval_ms_p50", "retrieval_ms_p95", "fast_path_s", "consolidation_s"}
+
+
+def without_timings(d):
+    if isinstance(d, dict):
+        return {k: without_timings(v) for k, v in d.items() if k not in TIMING}
+    return d
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_sigterm_then_rerun_equals_an_uninterrupted_run(tmp_path):
+    whole = tmp_path / "whole"
+    done = subprocess.run(RUN + [f"out_dir={whole}"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    out = tmp_path / "resumed"
+    proc = subprocess.Popen(RUN + [f"out_dir={out}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Stop it once the first of the three conversations is finished (polling, not timing).
+    while not lines(out / "samples.jsonl") and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "magma-run: stopped by SIGTERM" in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert not (out / "metrics.json").exists()                 # not presented as finished
+    first = lines(out / "predictions.jsonl")
+    assert 0 < len(first) < 70 and len(lines(out / "samples.jsonl")) < 3
+
+    again = subprocess.run(RUN + [f"out_dir={out}"], capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    final = lines(out / "predictions.jsonl")
+    assert final[: len(first)] == first                        # finished questions kept as they were, not redone
+    ids = [json.loads(x)["question_id"] for x in final]
+    assert len(ids) == len(set(ids)) == 70
+    assert sorted(json.loads(x)["sample_id"] for x in lines(out / "samples.jsonl")) == sorted(
+        json.loads(x)["sample_id"] for x in lines(whole / "samples.jsonl"))
+    a = json.loads((whole / "metrics.json").read_text())
+    b = json.loads((out / "metrics.json").read_text())
+    assert without_timings(b) == without_timings(a)
+
+
+CFG = OmegaConf.create({"out_dir": "x", "progress": False, "dataset": {"name": "demo", "limit": None},
+                        "memory": {"name": "magma"}})
+
+
+def test_reopen_drops_a_torn_line_and_the_stale_finish_marker(tmp_path):
+    folder = RunFolder(tmp_path)
+    folder.open(CFG)
+    folder.append([{"question_id": "a/q0"}, {"question_id": "a/q1"}], {"sample_id": "a"})
+    folder.close()
+    with (tmp_path / "predictions.jsonl").open("a") as f:
+        f.write('{"question_id": "b/q0", "trunc')                # killed mid-line
+    (tmp_path / "metrics.json").write_text("{}")                 # from an earlier, finished attempt
+    again = RunFolder(tmp_path)
+    again.open(OmegaConf.merge(CFG, {"progress": True, "dataset": {"limit": 2}}))   # harmless changes
+    assert again.done_questions == {"a/q0", "a/q1"} and list(again.builds) == ["a"]
+    assert (tmp_path / "predictions.jsonl").read_text().endswith("}\n")
+    assert not (tmp_path / "metrics.json").exists()
+    again.close()
+
+
+def test_reopen_with_another_config_is_refused(tmp_path):
+    folder = RunFolder(tmp_path)
+    folder.open(CFG)
+    folder.close()
+    before = (tmp_path / "config.yaml").read_text()
+    with pytest.raises(RunFolderError, match="holds a run with another configuration"):
+        RunFolder(tmp_path).open(OmegaConf.merge(CFG, {"memory": {"name": "bm25"}}))
+    assert (tmp_path / "config.yaml").read_text() == before
