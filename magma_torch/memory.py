@@ -134,7 +134,11 @@ class MagmaMemory:
             raise ValueError("checkpoint() needs a memory opened with store_dir")
         with self.store.ingest_lock:  # every logged add is in the store, and none starts
             files = self._encode(wal_seq=0 if self._wal is None else self._wal.seq)
-            persistence.write_save(self.path / CHECKPOINT, files)
+            try:
+                persistence.write_save(self.path / CHECKPOINT, files)
+            except OSError as err:
+                raise OSError(err.errno, f"checkpoint of {self.path} failed ({err.strerror or err}); the previous "
+                                         "checkpoint and the write-ahead log are intact") from err
             if self._wal is not None:
                 self._wal.reset()
             self._since_checkpoint = 0
