@@ -106,7 +106,8 @@ class Retriever:
         started = time.perf_counter()
         intents = self._intents(q)
         windows = [question_time_window(text, t) for text, t in zip(questions, query_times)]
-        if self.cfg.mode == "full_context":
+        # An empty memory has nothing to anchor on: every mode retrieves nothing.
+        if self.cfg.mode == "full_context" or snap.num_events == 0:
             out = self._full_context(snap, questions, intents, windows, budget)
         else:
             anchors = self._anchors(snap, questions, q, windows)
