@@ -1,6 +1,7 @@
 """MagmaMemory: the facade that wires ingest, store and query together."""
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,7 +27,7 @@ from magma_torch.store import integrity, persistence
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.wal import WriteAheadLog
 
-CHECKPOINT, WAL = "checkpoint", "wal.jsonl"
+CHECKPOINT, WAL, LOCK = "checkpoint", "wal.jsonl", ".lock"
 _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -62,7 +63,7 @@ class MagmaMemory:
             config = saved.state["config"] if config is None else config
             consolidation = saved.state["consolidation"] if consolidation is None else consolidation
         self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
-        self._wal, self._since_checkpoint = None, 0
+        self._wal, self._since_checkpoint, self._folder_lock = None, 0, None
         self.config = _as_config(config, "memory", "magma")
         self.consolidation_config = _as_config(consolidation, "consolidation", "heuristic")
         self.namespace = namespace
@@ -86,8 +87,9 @@ class MagmaMemory:
     def _open_store(self, saved: persistence.SavedStore | None, durable: bool) -> None:
         """Load the last checkpoint (or write an empty first one) and replay the log onto it."""
         try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._folder_lock = _lock_folder(self.path)
             if saved is None:
-                self.path.mkdir(parents=True, exist_ok=True)
                 if (self.path / WAL).exists():
                     raise persistence.CorruptSaveError(
                         f"{self.path / WAL}: a write-ahead log without its checkpoint {self.path / CHECKPOINT}")
@@ -99,7 +101,7 @@ class MagmaMemory:
                                      f"opened as {self.namespace!r}")
                 _check_same_ingest(saved, self.config)
                 self._restore(saved)
-                seq = saved.state["wal_seq"]
+                seq = saved.state.get("wal_seq", 0)  # 0: a folder written by save()
             if durable or (self.path / WAL).exists():
                 self._wal = WriteAheadLog(self.path / WAL, seq)
                 self._replay(seq)
@@ -241,15 +243,20 @@ class MagmaMemory:
     def close(self, checkpoint: bool = True) -> None:
         """Stop the slow path (a persistent memory checkpoints first, unless ``checkpoint`` is
         False) and release the LLM this memory built."""
-        if checkpoint and self.path is not None and (self.path / CHECKPOINT).exists():
-            self.checkpoint()
-        self.worker.close()
-        if self._wal is not None:
-            self._wal.close()
-            self._wal = None
-        if self._owns_llm and self.llm is not None:
-            self.llm.close()
-            self._owns_llm = False
+        try:
+            if checkpoint and self._folder_lock is not None and (self.path / CHECKPOINT).exists():
+                self.checkpoint()
+        finally:
+            self.worker.close()
+            if self._wal is not None:
+                self._wal.close()
+                self._wal = None
+            if self._folder_lock is not None:
+                os.close(self._folder_lock)  # releases the lock
+                self._folder_lock = None
+            if self._owns_llm and self.llm is not None:
+                self.llm.close()
+                self._owns_llm = False
 
     def __enter__(self) -> "MagmaMemory":
         return self
@@ -298,6 +305,20 @@ class MagmaMemory:
             self.consolidator.load_state_dict(saved.state["consolidator"])
         # Last: a background worker starts on the queue as soon as it has one.
         self.worker.load_state_dict(saved.state["worker"])
+
+
+def _lock_folder(path: Path) -> int:
+    """An exclusive lock on the store folder for as long as this memory is open: two writers
+    appending to one log would interleave their event ids. The kernel drops it when the
+    process dies, so a killed process never leaves the folder locked."""
+    fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RuntimeError(f"{path}: this memory is open elsewhere (another MagmaMemory or process holds "
+                           f"{path / LOCK}); close that one first") from None
+    return fd
 
 
 def check_namespace(namespace: str) -> str:

@@ -20,10 +20,11 @@ from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.ingest.embedder import Embedder
 from magma_torch.llm.openai_backend import OpenAIBackend
-from magma_torch.memory import CHECKPOINT, WAL
+from magma_torch.memory import CHECKPOINT, LOCK, WAL
 from magma_torch.store import persistence, wal
 from magma_torch.store.integrity import IntegrityError
 from magma_torch.store.persistence import CorruptSaveError
+from magma_torch.testing import abandon
 
 HERE = Path(__file__).parent
 KILLS = 50
@@ -47,12 +48,6 @@ def records():
             for s in load_demo() for t in s.turns]
 
 
-def crash(mem: MagmaMemory) -> None:
-    """Drop a memory the way kill -9 does: no checkpoint, nothing flushed beyond what add fsynced."""
-    mem.worker.close()
-    mem._wal.close()
-
-
 def state(mem: MagmaMemory) -> dict:
     """Everything ingest and consolidation write, as comparable values."""
     ev, en = mem.store.events, mem.store.entities
@@ -70,7 +65,7 @@ def test_replay_reproduces_the_original_ingest(embedder, tmp_path):
         mem.add_many(recs[a:a + 37])
     mem.add("one more, added alone", "2099-01-01", source_id="last")
     original = state(mem)
-    crash(mem)
+    abandon(mem)
     assert not persistence.read_save(tmp_path / "default" / CHECKPOINT).state["counts"]["events"]
     with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as back:
         assert state(back) == original  # same events, embeddings, edges, queue (config comes from the store)
@@ -94,7 +89,7 @@ def test_consolidation_resumes_after_a_crash_without_repeats_or_gaps(embedder, t
         mem.add_many(recs[half:])
         if consolidated_before_crash:  # consolidated in memory, crash before the checkpoint landed
             mem.worker.drain()
-        crash(mem)
+        abandon(mem)
         with MagmaMemory(store_dir=path, durable=True, embedder=embedder) as back:
             assert list(back.worker.queue) == list(range(half, len(recs)))  # exactly the second half
             assert {s for i, (s, _) in back.worker.status.items() if i < half} == {"consolidated"}
@@ -114,12 +109,12 @@ def test_checkpoint_truncates_the_log_and_a_crash_before_truncation_repeats_noth
     with pytest.raises(OSError, match="crash here"):
         mem.checkpoint()  # the checkpoint holds event 3 but the log still has it too
     monkeypatch.undo()
-    crash(mem)
+    abandon(mem)
     back = MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder)
     assert len(back.store) == 4 and back.store.events.by_source == {str(i): i for i in range(4)}
     back.check()
     back.add("event 4", "2024-01-05", source_id="4")  # numbering continues past the checkpoint's
-    crash(back)
+    abandon(back)
     with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as again:
         assert len(again.store) == 5
 
@@ -128,14 +123,14 @@ def test_torn_tail_is_dropped_and_damage_before_good_records_is_named(embedder, 
     mem = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
     for i in range(3):
         mem.add(f"event {i}", f"2024-01-0{i + 1}", source_id=str(i))
-    crash(mem)
+    abandon(mem)
     log = tmp_path / "default" / WAL
     good = log.read_bytes()
     log.write_bytes(good + good.split(b"\n")[0][:50])  # a record torn mid-write
     back = MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder)
     assert len(back.store) == 3
     assert log.read_bytes() == good  # the torn piece is cut off, the rest kept
-    crash(back)
+    abandon(back)
     damaged = bytearray(good)
     damaged[40] ^= 0xFF  # inside the first of three records
     log.write_bytes(bytes(damaged))
@@ -160,8 +155,8 @@ def test_disk_full_on_checkpoint_keeps_the_previous_one_and_the_log(embedder, tm
         mem.checkpoint()
     monkeypatch.undo()
     assert (tmp_path / "default" / CHECKPOINT / persistence.MANIFEST).read_bytes() == before
-    assert sorted(p.name for p in (tmp_path / "default").iterdir()) == [CHECKPOINT, WAL]
-    crash(mem)
+    assert sorted(p.name for p in (tmp_path / "default").iterdir()) == sorted([LOCK, CHECKPOINT, WAL])
+    abandon(mem)
     with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as back:
         assert back.store.events.by_source == {"a": 0, "b": 1}
 
@@ -185,7 +180,7 @@ def test_disk_full_on_log_append_fails_the_add_and_changes_nothing(embedder, tmp
     monkeypatch.undo()
     assert len(mem.store) == 1 and log.stat().st_size == size and mem.worker.pending() == 1
     mem.add("next", "2024-01-03", source_id="c")
-    crash(mem)
+    abandon(mem)
     with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as back:
         assert back.store.events.by_source == {"a": 0, "c": 1}
 
@@ -202,6 +197,14 @@ def test_reopen_refuses_other_ingest_settings_or_a_log_without_checkpoint(embedd
         MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder)
     with pytest.raises(ValueError, match="durable=True needs a store_dir"):
         MagmaMemory(durable=True, embedder=embedder)
+
+
+def test_a_store_is_open_once_at_a_time(embedder, tmp_path):
+    mem = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
+    with pytest.raises(RuntimeError, match="open elsewhere"):
+        MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder)
+    mem.close()
+    MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder).close()
 
 
 def test_check_reports_a_broken_store(embedder):
@@ -283,7 +286,7 @@ def test_llm_server_killed_mid_consolidation_fails_events_with_a_reason(embedder
         assert all("llm generation failed" in r for r in failed.values()), failed
         assert mem.stats()["edges"]["causal"] > 0
         mem.checkpoint()
-        crash(mem)
+        abandon(mem)
         llm.close()
         with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder, consolidation="none") as back:
             assert len(back.store) == 12 and dict(back.worker.status) == status  # nothing lost

@@ -19,6 +19,7 @@ from magma_torch.eval.datasets import DatasetError, load_locomo
 from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.ingest.temporal import parse_timestamp, question_time_window, resolve_dates
+from magma_torch.testing import abandon
 
 # Derandomized and without an example database: the same examples every run, nothing written.
 FAST = settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
@@ -197,8 +198,7 @@ class DurableMemoryMachine(RuleBasedStateMachine):
 
     @rule()
     def crash_and_reopen(self):
-        self.mem.worker.close()
-        self.mem._wal.close()
+        abandon(self.mem)
         self.mem = self._open()
 
     @precondition(lambda self: self.n > 0)

@@ -11,6 +11,7 @@ from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.ingest.embedder import Embedder
 from magma_torch.llm.base import Generation, Usage
+from magma_torch.testing import abandon
 
 PACKAGE = Path(magma_torch.__file__).parent
 UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "marshal", "shelve", "jsonpickle"}
@@ -82,8 +83,7 @@ def test_hostile_text_round_trips_exactly_through_log_checkpoint_and_save(embedd
         mem.add(text, f"2024-01-0{i + 1} 10:00", speaker=HOSTILE[i - 1][:20], source_id=HOSTILE[i][:12] + str(i),
                 metadata=meta)
     rows = list(mem.store.events.rows)
-    mem.worker.close()
-    mem._wal.close()  # abandoned like a crash: the reopen below replays the log
+    abandon(mem)  # like a crash: the reopen below replays the log
     with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as back:
         assert back.store.events.rows == rows
         back.consolidate()  # checkpoints
