@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+from typing import IO
 
 import hydra.utils
 from omegaconf import DictConfig, OmegaConf
@@ -57,13 +58,14 @@ class MagmaMemory:
         # A persistent memory lives in store_dir/<namespace>: its last checkpoint (a save
         # folder) and, when durable, the write-ahead log of what came after it.
         self.path = None if store_dir is None else Path(store_dir) / check_namespace(namespace)
-        saved = None
-        if self.path is not None and (self.path / CHECKPOINT).exists():
-            saved = persistence.read_save(self.path / CHECKPOINT)
-            config = saved.state["config"] if config is None else config
-            consolidation = saved.state["consolidation"] if consolidation is None else consolidation
-        self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
         self._wal, self._since_checkpoint, self._folder_lock = None, 0, None
+        saved = None
+        if self.path is not None:
+            saved = self._open_folder()
+            if saved is not None:
+                config = saved.state["config"] if config is None else config
+                consolidation = saved.state["consolidation"] if consolidation is None else consolidation
+        self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
         self.config = _as_config(config, "memory", "magma")
         self.consolidation_config = _as_config(consolidation, "consolidation", "heuristic")
         self.namespace = namespace
@@ -84,11 +86,21 @@ class MagmaMemory:
             self._open_store(saved, durable)
 
     # ---- persistent stores ----
+    def _open_folder(self) -> persistence.SavedStore | None:
+        """Lock the store folder, finish a checkpoint a crash interrupted, read the checkpoint."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._folder_lock = _lock_folder(self.path)
+        try:
+            persistence.recover_interrupted_save(self.path / CHECKPOINT)
+            return persistence.read_save(self.path / CHECKPOINT) if (self.path / CHECKPOINT).exists() else None
+        except BaseException:
+            self._folder_lock.close()
+            self._folder_lock = None
+            raise
+
     def _open_store(self, saved: persistence.SavedStore | None, durable: bool) -> None:
         """Load the last checkpoint (or write an empty first one) and replay the log onto it."""
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self._folder_lock = _lock_folder(self.path)
             if saved is None:
                 if (self.path / WAL).exists():
                     raise persistence.CorruptSaveError(
@@ -252,7 +264,7 @@ class MagmaMemory:
                 self._wal.close()
                 self._wal = None
             if self._folder_lock is not None:
-                os.close(self._folder_lock)  # releases the lock
+                self._folder_lock.close()  # releases the lock
                 self._folder_lock = None
             if self._owns_llm and self.llm is not None:
                 self.llm.close()
@@ -307,18 +319,18 @@ class MagmaMemory:
         self.worker.load_state_dict(saved.state["worker"])
 
 
-def _lock_folder(path: Path) -> int:
+def _lock_folder(path: Path) -> IO:
     """An exclusive lock on the store folder for as long as this memory is open: two writers
     appending to one log would interleave their event ids. The kernel drops it when the
     process dies, so a killed process never leaves the folder locked."""
-    fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    f = open(path / LOCK, "a+b")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        os.close(fd)
+        f.close()
         raise RuntimeError(f"{path}: this memory is open elsewhere (another MagmaMemory or process holds "
                            f"{path / LOCK}); close that one first") from None
-    return fd
+    return f
 
 
 def check_namespace(namespace: str) -> str:

@@ -17,10 +17,12 @@ from __future__ import annotations
 import os
 import random
 import sys
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 torch.set_num_threads(1)
 
@@ -89,6 +91,9 @@ def main() -> None:
         k = int(line.split()[1])
         pid = os.fork()
         if pid == 0:
+            # tqdm's default write lock is a semaphore shared across fork: a sibling killed
+            # while holding it would block every later child. Each child takes its own.
+            tqdm.set_lock(threading.RLock())
             try:
                 child(store_dir, ack_dir, k, embedder)
             finally:

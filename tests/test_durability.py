@@ -140,6 +140,39 @@ def test_torn_tail_is_dropped_and_damage_before_good_records_is_named(embedder, 
     assert persistence.read_save(tmp_path / "default" / CHECKPOINT).state["counts"]["events"] == 0
 
 
+def test_damaged_checkpoint_is_named_and_nothing_is_overwritten(embedder, tmp_path):
+    mem = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
+    mem.add("in the checkpoint", "2024-01-01", source_id="a")
+    mem.checkpoint()
+    mem.add("in the log", "2024-01-02", source_id="b")
+    abandon(mem)
+    folder = tmp_path / "default"
+    events = folder / CHECKPOINT / persistence.EVENTS
+    events.write_bytes(events.read_bytes().replace(b"checkpoint", b"checkpoinT"))
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    with pytest.raises(CorruptSaveError, match=f"{events}: SHA-256 does not match"):
+        MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder)
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+
+def test_crash_between_the_checkpoint_renames_is_recovered(embedder, tmp_path):
+    mem = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
+    mem.add("in the checkpoint", "2024-01-01", source_id="a")
+    mem.checkpoint()
+    mem.add("in the log", "2024-01-02", source_id="b")
+    abandon(mem)
+    # What a kill between write_save's two renames leaves: the old checkpoint moved aside,
+    # the new one (here a partial one) still under its temporary name.
+    folder = tmp_path / "default"
+    os.rename(folder / CHECKPOINT, folder / ".checkpoint.old-1")
+    (folder / ".checkpoint.tmp-2").mkdir()
+    (folder / ".checkpoint.tmp-2" / persistence.EVENTS).write_text("partial")
+    with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as back:
+        assert back.store.events.by_source == {"a": 0, "b": 1}
+        back.check()
+    assert sorted(p.name for p in folder.iterdir()) == sorted([LOCK, CHECKPOINT, WAL])
+
+
 def test_disk_full_on_checkpoint_keeps_the_previous_one_and_the_log(embedder, tmp_path, monkeypatch):
     mem = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
     mem.add("before", "2024-01-01", source_id="a")

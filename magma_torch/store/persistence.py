@@ -160,6 +160,19 @@ def _move_into_place(tmp: Path, path: Path) -> None:
         log.warning("could not remove the replaced save %s: %s", old, err)
 
 
+def recover_interrupted_save(path: str | os.PathLike) -> None:
+    """Finish what a crash left of ``write_save`` at ``path`` (the caller must be the only
+    writer): a missing save whose earlier version was moved aside gets that version back;
+    temporary and moved-aside leftovers are removed."""
+    path = Path(path)
+    olds = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if olds and not path.exists():
+        os.rename(olds.pop(), path)
+        fsync_dir(path.parent)
+    for leftover in olds + sorted(path.parent.glob(f".{path.name}.tmp-*")):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
 # ---- load ----
 
 def read_save(path: str | os.PathLike) -> SavedStore:
