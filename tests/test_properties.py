@@ -2,6 +2,7 @@
 path's all-or-nothing batches and random add / consolidate / checkpoint / crash / reopen /
 retrieve sequences on a durable store keep their promises."""
 import datetime as dt
+import itertools
 import json
 import shutil
 import tempfile
@@ -9,7 +10,7 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -122,15 +123,22 @@ def test_loader_gives_samples_or_a_clear_error(text):
         assert s.sample_id and all(isinstance(t.text, str) and isinstance(t.timestamp, dt.datetime) for t in s.turns)
 
 
+# Mostly valid fields, so that whole batches pass as well as fail; one bad field fails its batch.
+good_text = st.text(min_size=1, max_size=30).filter(str.strip)
 records_strategy = st.lists(st.fixed_dictionaries(
-    {"text": st.one_of(st.text(min_size=1, max_size=30), st.sampled_from(["", "  ", None, 3])),
-     "timestamp": st.one_of(st.sampled_from(["2024-01-02", "2024-03-04 10:00", "not a date", "", None, 1.7e9]),
-                            st.integers(-10, 10**10))},
+    {"text": st.one_of(good_text, good_text, good_text, st.sampled_from(["", "  ", None, 3])),
+     "timestamp": st.one_of(st.sampled_from(["2024-01-02", "2024-03-04 10:00", "2030-05-06T07:08:09+02:00"]),
+                            st.sampled_from(["2024-01-02", "2025-12-31 23:59", 1.7e9]),
+                            st.sampled_from(["not a date", "", None, 10**20, "2024-02-30"]))},
     optional={"speaker": st.one_of(st.text(max_size=5), st.none()),
               "source_id": st.sampled_from(["a", "b", "c", None]),
-              "stream": st.sampled_from(["s1", "s2"]),
-              "metadata": st.one_of(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.just("x")),
-              "bogus": st.just(1)}), min_size=1, max_size=4)
+              "stream": st.sampled_from(["s1", "s2", "s3"]),
+              "metadata": st.one_of(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                                    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.just("x"))}), min_size=1, max_size=4).map(
+    lambda recs: recs if len(recs) < 4 else recs[:3] + [{**recs[3], "bogus": 1}])  # an unknown field, now and then
+
+
+EXAMPLES = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +153,19 @@ def shared_memory(embedder):
 @given(batch=records_strategy)
 def test_fast_path_batches_are_all_or_nothing(shared_memory, batch):
     mem = shared_memory  # one memory across examples: each batch meets whatever earlier ones left
+    # Streams fresh to this example (except for the default one), so most refusals come from
+    # the batch itself rather than from a later timestamp an earlier example left in a stream.
+    n = next(EXAMPLES)
+    batch = [{**r, "stream": f"{r['stream']}-{n}"} if "stream" in r else r for r in batch]
     before = (mem.stats(), list(mem.store.events.rows))
     try:
         ids = mem.add_many(batch)
     except IngestError as err:
+        event("refused")
         assert str(err).startswith("record ")
         assert (mem.stats(), list(mem.store.events.rows)) == before  # never a partial batch
     else:
+        event("accepted")
         assert len(ids) == len(batch) and all(0 <= i < len(mem.store) for i in ids)
     mem.check()
 
