@@ -19,6 +19,7 @@ from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.ingest.embedder import Embedder
+from magma_torch.ingest.fast_path import IngestError
 from magma_torch.llm.openai_backend import OpenAIBackend
 from magma_torch.memory import CHECKPOINT, LOCK, WAL
 from magma_torch.store import persistence, wal
@@ -216,6 +217,13 @@ def test_disk_full_on_log_append_fails_the_add_and_changes_nothing(embedder, tmp
     abandon(mem)
     with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as back:
         assert back.store.events.by_source == {"a": 0, "c": 1}
+
+
+def test_unloggable_metadata_is_refused_before_anything_is_written(embedder, tmp_path):
+    with MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder) as mem:
+        with pytest.raises(IngestError, match="source_id='x': metadata is not JSON-serialisable"):
+            mem.add("hello", "2024-01-01", source_id="x", metadata={"obj": object()})
+        assert len(mem.store) == 0 and (tmp_path / "default" / WAL).stat().st_size == 0
 
 
 def test_reopen_refuses_other_ingest_settings_or_a_log_without_checkpoint(embedder, tmp_path):

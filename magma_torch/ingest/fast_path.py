@@ -6,6 +6,7 @@ bad input raises with the offending record named and leaves the store as it was.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -118,6 +119,12 @@ class PreparedBatch:
         The embeddings are logged (float32, base64), not recomputed on replay: replay must give
         the same semantic edges, and re-encoding in other batch shapes or on another device is
         not bit-exact (a cosine at the threshold could flip)."""
+        for r in self.rows:  # refused here, while nothing is written yet, rather than at the next checkpoint
+            try:
+                json.dumps(r.metadata)
+            except (TypeError, ValueError) as err:
+                raise IngestError(f"event with source_id={r.source_id!r}: metadata is not JSON-serialisable, "
+                                  f"so it cannot be logged: {err}") from None
         emb = self.embeddings.detach().float().cpu().contiguous().numpy()
         return {"op": "add", "first": first_id, "rows": [asdict(r) for r in self.rows],
                 "embeddings": base64.b64encode(emb.astype("<f4").tobytes()).decode()}
