@@ -4,7 +4,8 @@ Run as ``python durable_child.py STORE_DIR ACK_DIR``. It loads the embedder once
 ``ready``, then for each ``run K`` line on stdin forks a child and prints ``pid P``; when
 the child is gone (killed by the test) it prints ``exit P``. Forking from a warm process
 keeps a kill cheap: a child only opens the store (replaying the log), it does not import
-torch or load a model. Torch runs single-threaded here, so no thread pool crosses a fork.
+torch or load a model. Torch runs single-threaded here, so no thread pool crosses a fork,
+and tqdm's cross-process semaphore is switched off, so no lock is shared across forks.
 
 A child opens the durable store, checks it (integrity, and that every event an earlier
 child acknowledged is there; the verdict goes to ``ACK_DIR/verify-K``), then adds events
@@ -17,14 +18,17 @@ from __future__ import annotations
 import os
 import random
 import sys
-import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
+from tqdm.std import TqdmDefaultWriteLock
 
 torch.set_num_threads(1)
+# tqdm's write lock includes a multiprocessing semaphore that forked children share: a child
+# killed while holding it (bm25s tokenising shows a bar) would block every later child. Keep
+# only tqdm's per-process thread lock; set before any bar exists.
+TqdmDefaultWriteLock.mp_lock = None
 
 from magma_torch import MagmaMemory  # noqa: E402  (after the thread setting, before any fork)
 from magma_torch.config import load_group  # noqa: E402
@@ -91,9 +95,6 @@ def main() -> None:
         k = int(line.split()[1])
         pid = os.fork()
         if pid == 0:
-            # tqdm's default write lock is a semaphore shared across fork: a sibling killed
-            # while holding it would block every later child. Each child takes its own.
-            tqdm.set_lock(threading.RLock())
             try:
                 child(store_dir, ack_dir, k, embedder)
             finally:
