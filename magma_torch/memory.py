@@ -1,10 +1,14 @@
 """MagmaMemory: the facade that wires ingest, store and query together."""
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
+from pathlib import Path
+from typing import IO
 
 import hydra.utils
 from omegaconf import DictConfig, OmegaConf
@@ -18,8 +22,12 @@ from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.base import LLM
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
-from magma_torch.store import persistence
+from magma_torch.store import integrity, persistence
 from magma_torch.store.store import MemoryStore
+from magma_torch.store.wal import WriteAheadLog
+
+CHECKPOINT, WAL, LOCK = "checkpoint", "wal.jsonl", ".lock"
+_NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def _as_config(cfg, group: str, default: str) -> DictConfig | None:
@@ -41,7 +49,20 @@ class MagmaMemory:
 
     def __init__(self, config: str | Mapping | DictConfig | None = None,
                  consolidation: str | Mapping | DictConfig | None = None, *, namespace: str = "default",
-                 device: str | None = None, embedder: Embedder | None = None, llm: LLM | None = None):
+                 device: str | None = None, embedder: Embedder | None = None, llm: LLM | None = None,
+                 store_dir: str | os.PathLike | None = None, durable: bool = False):
+        if durable and store_dir is None:
+            raise ValueError("durable=True needs a store_dir")
+        # A persistent memory lives in store_dir/<namespace>: its last checkpoint (a save
+        # folder) and, when durable, the write-ahead log of what came after it.
+        self.path = None if store_dir is None else Path(store_dir) / check_namespace(namespace)
+        self._wal, self._since_checkpoint, self._folder_lock = None, 0, None
+        saved = None
+        if self.path is not None:
+            saved = self._open_folder()
+            if saved is not None:
+                config = saved.state["config"] if config is None else config
+                consolidation = saved.state["consolidation"] if consolidation is None else consolidation
         self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
         self.config = _as_config(config, "memory", "magma")
         self.consolidation_config = _as_config(consolidation, "consolidation", "heuristic")
@@ -57,6 +78,95 @@ class MagmaMemory:
                                      **self._caps())
         self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device),
                                    RetrievalConfig.from_mapping(OmegaConf.to_container(cfg.retrieval, resolve=True)))
+        if self.path is not None:
+            self._open_store(saved, durable)
+
+    # ---- persistent stores ----
+    def _open_folder(self) -> persistence.SavedStore | None:
+        """Lock the store folder, finish a checkpoint a crash interrupted, read the checkpoint."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._folder_lock = _lock_folder(self.path)
+        try:
+            persistence.recover_interrupted_save(self.path / CHECKPOINT)
+            return persistence.read_save(self.path / CHECKPOINT) if (self.path / CHECKPOINT).exists() else None
+        except BaseException:
+            self._folder_lock.close()
+            self._folder_lock = None
+            raise
+
+    def _open_store(self, saved: persistence.SavedStore | None, durable: bool) -> None:
+        """Load the last checkpoint (or write an empty first one) and replay the log onto it."""
+        try:
+            if saved is None:
+                if (self.path / WAL).exists():
+                    raise persistence.CorruptSaveError(
+                        f"{self.path / WAL}: a write-ahead log without its checkpoint {self.path / CHECKPOINT}")
+                self.checkpoint()
+                seq = 0
+            else:
+                if saved.state["namespace"] != self.namespace:
+                    raise ValueError(f"{saved.path}: holds namespace {saved.state['namespace']!r}, "
+                                     f"opened as {self.namespace!r}")
+                _check_same_ingest(saved, self.config)
+                self._restore(saved)
+                seq = saved.state.get("wal_seq", 0)  # 0: a folder written by save()
+            if durable or (self.path / WAL).exists():
+                self._wal = WriteAheadLog(self.path / WAL, seq)
+                self._replay(seq)
+                if not durable:  # fold the log into a checkpoint: no later add is logged after it
+                    self.checkpoint()
+                    self._wal.close()
+                    self._wal = None
+        except BaseException:
+            self.close(checkpoint=False)
+            raise
+
+    def _replay(self, checkpoint_seq: int) -> None:
+        for rec in self._wal.records:
+            if rec["seq"] <= checkpoint_seq:  # already in the checkpoint (a crash before the log was emptied)
+                continue
+            if rec.get("op") != "add" or rec.get("first") != len(self.store):
+                raise persistence.CorruptSaveError(
+                    f"{self._wal.path}: record {rec['seq']} ({rec.get('op')!r} at event {rec.get('first')}) does not "
+                    f"follow the checkpoint's {len(self.store)} events; nothing was changed on disk")
+            self.worker.submit(fast_path.apply(fast_path.PreparedBatch.from_record(rec, self.store), self.store,
+                                               self.fast_cfg))
+        self._since_checkpoint = len(self._wal.records)
+
+    def _log(self, batch: fast_path.PreparedBatch) -> None:
+        self._wal.append([batch.to_record(len(self.store))])
+        self._since_checkpoint += 1
+
+    def checkpoint(self) -> None:
+        """Write the whole memory as ``store_dir/<namespace>/checkpoint`` (atomically: temporary
+        folder, fsync, rename), then empty the write-ahead log. Adds wait meanwhile."""
+        if self.path is None:
+            raise ValueError("checkpoint() needs a memory opened with store_dir")
+        with self.store.ingest_lock:  # every logged add is in the store, and none starts
+            files = self._encode(wal_seq=0 if self._wal is None else self._wal.seq)
+            try:
+                persistence.write_save(self.path / CHECKPOINT, files)
+            except OSError as err:
+                raise OSError(err.errno, f"checkpoint of {self.path} failed ({err.strerror or err}); the previous "
+                                         "checkpoint and the write-ahead log are intact") from err
+            if self._wal is not None:
+                self._wal.reset()
+            self._since_checkpoint = 0
+
+    def check(self) -> None:
+        """Raise ``IntegrityError`` when the store or the slow-path bookkeeping breaks an
+        invariant (see ``magma_torch.store.integrity``)."""
+        with self.worker.paused(), self.store.lock:
+            found = integrity.problems(self.store)
+            state = self.worker.state_dict(len(self.store))
+        queue = state["queue"]
+        if len(set(queue)) != len(queue) or not all(0 <= i < len(self.store) for i in queue):
+            found.append(f"slow-path queue holds duplicate or unknown events: {queue[:20]}")
+        pending = {i for i, (s, _) in enumerate(state["status"]) if s == "pending"}
+        if pending != set(queue):
+            found.append(f"pending events {sorted(pending ^ set(queue))[:20]} are not queued, or queued ones not pending")
+        if found:
+            raise integrity.IntegrityError(f"{len(found)} integrity problem(s): " + "; ".join(found[:20]))
 
     def _make_consolidator(self):
         c = self.consolidation_config
@@ -91,14 +201,21 @@ class MagmaMemory:
 
     def add_many(self, records: Iterable[Mapping]) -> list[int]:
         """Batched fast path; validates the whole batch first, then writes it."""
-        ids, new = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg)
+        ids, new = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg,
+                                    journal=None if self._wal is None else self._log)
         self.worker.submit(new)
+        if self._wal is not None and self._since_checkpoint >= self.config.durability.checkpoint_every:
+            self.checkpoint()
         return ids
 
     # ---- slow path ----
     def consolidate(self) -> None:
-        """Block until the slow-path queue is drained."""
+        """Block until the slow-path queue is drained; a persistent memory then checkpoints,
+        so the consolidation is on disk (it is not logged: after a crash, what was
+        consolidated since the last checkpoint is queued again, never applied twice)."""
         self.worker.drain()
+        if self.path is not None:
+            self.checkpoint()
 
     # ---- query ----
     def retrieve(self, question: str, query_time=None, budget_tokens: int | None = None) -> Retrieval:
@@ -131,11 +248,23 @@ class MagmaMemory:
         s["namespace"] = self.namespace
         return s
 
-    def close(self) -> None:
-        self.worker.close()
-        if self._owns_llm and self.llm is not None:
-            self.llm.close()
-            self._owns_llm = False
+    def close(self, checkpoint: bool = True) -> None:
+        """Stop the slow path (a persistent memory checkpoints first, unless ``checkpoint`` is
+        False) and release the LLM this memory built."""
+        try:
+            if checkpoint and self._folder_lock is not None and (self.path / CHECKPOINT).exists():
+                self.checkpoint()
+        finally:
+            self.worker.close()
+            if self._wal is not None:
+                self._wal.close()
+                self._wal = None
+            if self._folder_lock is not None:
+                self._folder_lock.close()  # releases the lock
+                self._folder_lock = None
+            if self._owns_llm and self.llm is not None:
+                self.llm.close()
+                self._owns_llm = False
 
     def __enter__(self) -> "MagmaMemory":
         return self
@@ -147,17 +276,20 @@ class MagmaMemory:
         """Write the memory to folder ``path``: store, configs, slow-path queue and
         consolidator state (format: ``magma_torch.store.persistence``). Atomic: an
         earlier save at ``path`` is replaced only once the new one is on disk."""
+        persistence.write_save(path, self._encode())
+
+    def _encode(self, wal_seq: int = 0) -> dict[str, bytes]:
         # Paused between batches and under the store lock, queue, statuses, consolidator
         # state and store agree; the files are then written without holding either.
         with self.worker.paused(), self.store.lock:
             c = self.consolidation_config
-            files = persistence.encode_store(self.store, {
+            return persistence.encode_store(self.store, {
                 "namespace": self.namespace,
                 "config": OmegaConf.to_container(self.config, resolve=True),
                 "consolidation": {} if c is None else OmegaConf.to_container(c, resolve=True),
                 "worker": self.worker.state_dict(len(self.store)),
-                "consolidator": None if self.consolidator is None else self.consolidator.state_dict()})
-        persistence.write_save(path, files)
+                "consolidator": None if self.consolidator is None else self.consolidator.state_dict(),
+                "wal_seq": wal_seq})
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, embedder: Embedder | None = None,
@@ -169,12 +301,46 @@ class MagmaMemory:
         mem = cls(s["config"], s["consolidation"], namespace=s["namespace"], device=device, embedder=embedder,
                   llm=llm)
         try:
-            persistence.load_store(saved, mem.store, partial(fast_path.embed_text, cfg=mem.fast_cfg))
-            if mem.consolidator is not None:
-                mem.consolidator.load_state_dict(s["consolidator"])
-            # Last: a background worker starts on the queue as soon as it has one.
-            mem.worker.load_state_dict(s["worker"])
+            mem._restore(saved)
         except BaseException:
             mem.close()
             raise
         return mem
+
+    def _restore(self, saved: persistence.SavedStore) -> None:
+        persistence.load_store(saved, self.store, partial(fast_path.embed_text, cfg=self.fast_cfg))
+        if self.consolidator is not None:
+            self.consolidator.load_state_dict(saved.state["consolidator"])
+        # Last: a background worker starts on the queue as soon as it has one.
+        self.worker.load_state_dict(saved.state["worker"])
+
+
+def _lock_folder(path: Path) -> IO:
+    """An exclusive lock on the store folder for as long as this memory is open: two writers
+    appending to one log would interleave their event ids. The kernel drops it when the
+    process dies, so a killed process never leaves the folder locked."""
+    f = open(path / LOCK, "a+b")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise RuntimeError(f"{path}: this memory is open elsewhere (another MagmaMemory or process holds "
+                           f"{path / LOCK}); close that one first") from None
+    return f
+
+
+def check_namespace(namespace: str) -> str:
+    """A namespace names a folder of its own: letters, digits, ``._-``, no path tricks."""
+    if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
+        raise ValueError(f"namespace {namespace!r}: use 1-128 letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit")
+    return namespace
+
+
+def _check_same_ingest(saved: persistence.SavedStore, config: DictConfig) -> None:
+    """Replaying the log with other fast-path settings would give other edges: refuse."""
+    for key in ("embedder", "fast_path"):
+        was, now = saved.state["config"].get(key), OmegaConf.to_container(config[key], resolve=True)
+        if was != now:
+            raise ValueError(f"{saved.path}: stored with memory.{key}={was}, opened with memory.{key}={now}; "
+                             "open it with the stored config (config=None)")

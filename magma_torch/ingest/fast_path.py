@@ -5,11 +5,14 @@ bad input raises with the offending record named and leaves the store as it was.
 """
 from __future__ import annotations
 
+import base64
+import json
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
+import numpy as np
 import torch
 
 from magma_torch.ingest.embedder import Embedder
@@ -104,30 +107,77 @@ def embed_text(row: EventRow, cfg: FastPathConfig) -> str:
     return f"{row.speaker}: {row.text}" if cfg.embed_speaker and row.speaker else row.text
 
 
-def ingest(records: Iterable[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig) -> tuple[list[int], list[int]]:
-    """Add records; returns (id per record, ids of the events that are new)."""
+@dataclass
+class PreparedBatch:
+    """A validated, embedded batch not yet written: what a write-ahead log records."""
+
+    rows: list[EventRow]                 # the new events, in id order
+    embeddings: torch.Tensor             # [len(rows), d] in the store's dtype and device
+    existing: list[int | None]           # per input record: the id it already had, or None when new
+
+    def to_record(self, first_id: int) -> dict:
+        """A JSON write-ahead-log record of the new events, to be given ids from ``first_id`` on.
+        The embeddings are logged (float32, base64), not recomputed on replay: replay must give
+        the same semantic edges, and re-encoding in other batch shapes or on another device is
+        not bit-exact (a cosine at the threshold could flip)."""
+        for r in self.rows:  # refused here, while nothing is written yet, rather than at the next checkpoint
+            try:
+                json.dumps(r.metadata)
+            except (TypeError, ValueError) as err:
+                raise IngestError(f"event with source_id={r.source_id!r}: metadata is not JSON-serialisable, "
+                                  f"so it cannot be logged: {err}") from None
+        emb = self.embeddings.detach().float().cpu().contiguous().numpy()
+        return {"op": "add", "first": first_id, "rows": [asdict(r) for r in self.rows],
+                "embeddings": base64.b64encode(emb.astype("<f4").tobytes()).decode()}
+
+    @classmethod
+    def from_record(cls, record: dict, store: MemoryStore) -> "PreparedBatch":
+        rows = [EventRow(**r) for r in record["rows"]]
+        emb = np.frombuffer(base64.b64decode(record["embeddings"]), dtype="<f4").reshape(len(rows), store.dim)
+        emb = torch.from_numpy(emb.copy()).to(store.device, store.events.embeddings.data.dtype)
+        return cls(rows, emb, [None] * len(rows))
+
+
+def ingest(records: Iterable[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig,
+           journal: Callable[[PreparedBatch], None] | None = None) -> tuple[list[int], list[int]]:
+    """Add records; returns (id per record, ids of the events that are new). ``journal``
+    sees each batch with new events before the store does (a write-ahead log); when it
+    raises, nothing is written."""
     records = list(records)
     with store.ingest_lock:
-        return _ingest(records, store, embedder, cfg)
-
-
-def _ingest(records: list[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig) -> tuple[list[int], list[int]]:
-    rows, existing = validate(records, store, cfg)
-    if not rows:
-        return [e for e in existing], []
-    texts = [embed_text(r, cfg) for r in rows]
-    _warn_truncation(texts, [_record_name(i, r) for i, (r, e) in enumerate(zip(records, existing)) if e is None],
-                     embedder)
-    emb = embedder.encode(texts).to(store.device, store.events.embeddings.data.dtype)
-    tokens = store.keyword_index.tokenize(texts)
-    with store.lock:
-        ids = store.append_events(rows, emb, tokens)
-        _link(store, ids, emb, cfg)
+        batch = prepare(records, store, embedder, cfg)
+        if batch.rows and journal is not None:
+            journal(batch)
+        ids = apply(batch, store, cfg)
     new_iter = iter(ids)
     out = []
-    for e in existing:
+    for e in batch.existing:
         out.append(next(new_iter) if e is None else (e if e >= 0 else ids[-1 - e]))
     return out, ids
+
+
+def prepare(records: list[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig) -> PreparedBatch:
+    """Validate and embed (the caller holds ``store.ingest_lock``)."""
+    rows, existing = validate(records, store, cfg)
+    emb = store.events.embeddings.data.new_zeros((0, store.dim))
+    if rows:
+        texts = [embed_text(r, cfg) for r in rows]
+        _warn_truncation(texts, [_record_name(i, r) for i, (r, e) in enumerate(zip(records, existing)) if e is None],
+                         embedder)
+        emb = embedder.encode(texts).to(store.device, store.events.embeddings.data.dtype)
+    return PreparedBatch(rows, emb, existing)
+
+
+def apply(batch: PreparedBatch, store: MemoryStore, cfg: FastPathConfig) -> list[int]:
+    """Write a prepared batch: events, indexes, temporal and semantic edges; returns the new ids.
+    Replaying a logged batch onto the store it was prepared for gives the same events and edges."""
+    if not batch.rows:
+        return []
+    tokens = store.keyword_index.tokenize([embed_text(r, cfg) for r in batch.rows])
+    with store.lock:
+        ids = store.append_events(batch.rows, batch.embeddings, tokens)
+        _link(store, ids, batch.embeddings, cfg)
+    return ids
 
 
 def _link(store: MemoryStore, ids: list[int], emb: torch.Tensor, cfg: FastPathConfig) -> None:

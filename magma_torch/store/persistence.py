@@ -111,7 +111,7 @@ def write_save(path: str | os.PathLike, files: dict[str, bytes]) -> None:
             _write_file(tmp / name, data)
         # The manifest goes last: a folder holding one has every file it lists.
         _write_file(tmp / MANIFEST, _json(manifest))
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         _move_into_place(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -130,7 +130,7 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     if os.name != "posix":  # only POSIX can open a directory to fsync its entries
         return
     fd = os.open(path, os.O_RDONLY)
@@ -143,7 +143,7 @@ def _fsync_dir(path: Path) -> None:
 def _move_into_place(tmp: Path, path: Path) -> None:
     if not path.exists():
         os.rename(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return
     # POSIX cannot rename a folder over a non-empty one: move the old save aside first.
     old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex}")
@@ -153,11 +153,24 @@ def _move_into_place(tmp: Path, path: Path) -> None:
     except BaseException:
         os.rename(old, path)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     try:
         shutil.rmtree(old)
     except OSError as err:  # the new save is in place; a leftover copy of the old one is harmless
         log.warning("could not remove the replaced save %s: %s", old, err)
+
+
+def recover_interrupted_save(path: str | os.PathLike) -> None:
+    """Finish what a crash left of ``write_save`` at ``path`` (the caller must be the only
+    writer): a missing save whose earlier version was moved aside gets that version back;
+    temporary and moved-aside leftovers are removed."""
+    path = Path(path)
+    olds = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if olds and not path.exists():
+        os.rename(olds.pop(), path)
+        fsync_dir(path.parent)
+    for leftover in olds + sorted(path.parent.glob(f".{path.name}.tmp-*")):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 # ---- load ----
