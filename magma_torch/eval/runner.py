@@ -14,6 +14,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sized
 from pathlib import Path
 
+# Imported before Hydra sets up logging: importing bm25s sets its logger to DEBUG, which would
+# undo the WARNING level conf/config.yaml gives it and print index chatter into the run.
+import bm25s  # noqa: F401
 import hydra
 from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
 from omegaconf import DictConfig, OmegaConf
