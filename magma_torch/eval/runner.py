@@ -5,6 +5,7 @@ config.yaml and per-category plots.
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import sys
@@ -14,9 +15,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Sized
 from pathlib import Path
 
-# Imported before Hydra sets up logging: importing bm25s sets its logger to DEBUG, which would
-# undo the WARNING level conf/config.yaml gives it and print index chatter into the run.
-import bm25s  # noqa: F401
 import hydra
 from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
 from omegaconf import DictConfig, OmegaConf
@@ -35,6 +33,10 @@ from magma_torch.eval.tracking import TrackerError, build_tracker
 from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.llm import build_llm
+
+# Imported before Hydra sets up logging: importing bm25s sets its logger to DEBUG, which would
+# undo the WARNING level conf/config.yaml gives it and print index chatter into the run.
+importlib.import_module("bm25s")
 from magma_torch.llm.base import LLMUnavailable
 from magma_torch.memory import MagmaMemory
 
