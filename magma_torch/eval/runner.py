@@ -33,12 +33,12 @@ from magma_torch.eval.tracking import TrackerError, build_tracker
 from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.llm import build_llm
+from magma_torch.llm.base import LLMUnavailable
+from magma_torch.memory import MagmaMemory
 
 # Imported before Hydra sets up logging: importing bm25s sets its logger to DEBUG, which would
 # undo the WARNING level conf/config.yaml gives it and print index chatter into the run.
 importlib.import_module("bm25s")
-from magma_torch.llm.base import LLMUnavailable
-from magma_torch.memory import MagmaMemory
 
 log = logging.getLogger("magma_torch.run")
 RECALL_EXCLUDED = {"adversarial"}
