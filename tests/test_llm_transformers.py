@@ -44,14 +44,6 @@ def test_openai_config_fails_fast_without_key(monkeypatch):
         build_llm(OmegaConf.create({"llm": OmegaConf.load(CONF / "openai.yaml")}))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed (extra `vllm`)")
-def test_vllm_backend_imports():
-    from magma_torch.llm.vllm_backend import VLLMBackend, _structured
-
-    assert callable(VLLMBackend)
-    assert _structured({"type": "object"})
-
-
 def test_vllm_missing_names_the_extra():
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed")
