@@ -141,13 +141,18 @@ def test_torn_tail_is_dropped_and_damage_before_good_records_is_named(embedder, 
     assert persistence.read_save(tmp_path / "default" / CHECKPOINT).state["counts"]["events"] == 0
 
 
-def test_damaged_checkpoint_is_named_and_nothing_is_overwritten(embedder, tmp_path):
+def crashed_with_checkpoint_and_log(embedder, tmp_path) -> Path:
+    """A durable store killed with one event in its checkpoint and one only in its log; its folder."""
     mem = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
     mem.add("in the checkpoint", "2024-01-01", source_id="a")
     mem.checkpoint()
     mem.add("in the log", "2024-01-02", source_id="b")
     abandon(mem)
-    folder = tmp_path / "default"
+    return tmp_path / "default"
+
+
+def test_damaged_checkpoint_is_named_and_nothing_is_overwritten(embedder, tmp_path):
+    folder = crashed_with_checkpoint_and_log(embedder, tmp_path)
     events = folder / CHECKPOINT / persistence.EVENTS
     events.write_bytes(events.read_bytes().replace(b"checkpoint", b"checkpoinT"))
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
@@ -157,14 +162,9 @@ def test_damaged_checkpoint_is_named_and_nothing_is_overwritten(embedder, tmp_pa
 
 
 def test_crash_between_the_checkpoint_renames_is_recovered(embedder, tmp_path):
-    mem = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
-    mem.add("in the checkpoint", "2024-01-01", source_id="a")
-    mem.checkpoint()
-    mem.add("in the log", "2024-01-02", source_id="b")
-    abandon(mem)
+    folder = crashed_with_checkpoint_and_log(embedder, tmp_path)
     # What a kill between write_save's two renames leaves: the old checkpoint moved aside,
     # the new one (here a partial one) still under its temporary name.
-    folder = tmp_path / "default"
     os.rename(folder / CHECKPOINT, folder / ".checkpoint.old-1")
     (folder / ".checkpoint.tmp-2").mkdir()
     (folder / ".checkpoint.tmp-2" / persistence.EVENTS).write_text("partial")
@@ -184,7 +184,7 @@ def test_disk_full_on_checkpoint_keeps_the_previous_one_and_the_log(embedder, tm
     def full(file, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
 
-    monkeypatch.setattr(persistence, "_write_file", full)
+    monkeypatch.setattr(persistence, "write_synced", full)
     with pytest.raises(OSError, match="checkpoint of .* failed .*No space left on device.*previous checkpoint"):
         mem.checkpoint()
     monkeypatch.undo()

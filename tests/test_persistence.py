@@ -210,14 +210,14 @@ def test_failed_save_keeps_previous_one(half, embedder, tmp_path, monkeypatch, s
     half.consolidate()
     assert half.stats() != before
     if stage == "write":  # fail in the middle of writing the new folder's files
-        write = persistence._write_file
+        write = persistence.write_synced
 
         def failing_write(file, data):
             if file.name == persistence.ENTITIES:
                 raise OSError("simulated failure")
             write(file, data)
 
-        monkeypatch.setattr(persistence, "_write_file", failing_write)
+        monkeypatch.setattr(persistence, "write_synced", failing_write)
     else:  # fail moving the new folder in, after the old one was moved aside
         rename = os.rename
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from magma_torch.eval.plots import plot_categories
+from magma_torch.eval.run_folder import write_atomic
 from magma_torch.eval.runner import llm_costs, summarise_run
 
 # settings that may differ between the shards of one experiment
@@ -85,7 +86,7 @@ def aggregate(shards: list[Path], out: Path) -> dict:
         f.writelines(json.dumps(b) + "\n" for _, _, builds in parts for b in builds)
     plot_categories(metrics, out / "recall_by_category.png")
     # written last: a folder with metrics.json is a finished run
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
     return metrics
 
 

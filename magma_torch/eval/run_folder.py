@@ -17,6 +17,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from magma_torch.store.persistence import fsync_dir, write_synced
+
 # Settings that may change between a run and its resumption: they do not change the results.
 RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit")
 
@@ -48,12 +50,11 @@ def _complete_lines(path: Path) -> list[dict]:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` in one rename: readers see the old file or the whole new one."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    write_synced(tmp, text.encode())
     os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 class RunFolder:

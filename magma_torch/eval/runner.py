@@ -176,8 +176,12 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     d = cfg.dataset
     samples = load_dataset(d.name, d.get("path"))
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
-    total = (None if sample_ids is not None or shard is not None
-             else min(len(samples), limit or len(samples)) if isinstance(samples, Sized) else limit)
+    if sample_ids is not None or shard is not None:
+        total = None  # the progress bar's length is known only once the selection has run
+    elif isinstance(samples, Sized):
+        total = min(len(samples), limit or len(samples))
+    else:
+        total = limit  # streamed: at most limit samples
     selection = select_samples(samples, limit, sample_ids, shard)  # a bad shard fails before the folder exists
     reader = judge = tracker = None
     folder = RunFolder(out_dir)

@@ -108,9 +108,9 @@ def write_save(path: str | os.PathLike, files: dict[str, bytes]) -> None:
                     "files": {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
                               for name, data in files.items()}}
         for name, data in files.items():
-            _write_file(tmp / name, data)
+            write_synced(tmp / name, data)
         # The manifest goes last: a folder holding one has every file it lists.
-        _write_file(tmp / MANIFEST, _json(manifest))
+        write_synced(tmp / MANIFEST, _json(manifest))
         fsync_dir(tmp)
         _move_into_place(tmp, path)
     except BaseException:
@@ -123,7 +123,8 @@ def _check_replaceable(path: Path) -> None:
         raise FileExistsError(f"{path}: exists and is not a save folder (no {MANIFEST}); refusing to replace it")
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def write_synced(path: Path, data: bytes) -> None:
+    """Write ``path`` and fsync it before returning."""
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
