@@ -115,8 +115,7 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
         c_q, c_p, nbr, rel, via, score = (t[best] for t in (c_q, c_p, nbr, rel, via, score))
         # Per-query top beam_width (bounded by the remaining budget); ties to the lower node id,
         # which is the order the pairs are in already.
-        perm = torch.sort(score, descending=True, stable=True).indices
-        perm = perm[torch.sort(c_q[perm], stable=True).indices]
+        perm = lexsort((c_q, False), (score, True))
         c_q, c_p, nbr, rel, via, score = (t[perm] for t in (c_q, c_p, nbr, rel, via, score))
         take = rank_in_group(c_q) < torch.clamp(room[c_q], max=cfg.beam_width)
         c_q, c_p, nbr, rel, via, score = (t[take] for t in (c_q, c_p, nbr, rel, via, score))
