@@ -70,7 +70,8 @@ class MagmaMemory:
         cfg = self.config
         self.device = resolve_device(device or cfg.device)
         self.embedder = embedder or Embedder(device=self.device, **cfg.embedder)
-        self.store = MemoryStore(self.embedder.dim, self.device, cfg.vector_backend, cfg.bm25.k1, cfg.bm25.b)
+        self.store = MemoryStore(self.embedder.dim, self.device, cfg.vector_backend, cfg.bm25.k1, cfg.bm25.b,
+                                 cfg.chain_span, cfg.scan_dtype)
         self.fast_cfg = fast_path.FastPathConfig(**cfg.fast_path)
         self.consolidator = self._make_consolidator()
         self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path.batch_size,

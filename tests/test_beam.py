@@ -4,6 +4,7 @@ import torch
 
 from magma_torch.query.beam import BeamConfig, beam_search, relation_weights
 from magma_torch.query.reference import adjacency_lists, reference_beam_search
+from magma_torch.query.similarity import Similarity, SimilarityConfig
 from magma_torch.store.graph import REL_ID, RELATIONS, MultiGraph
 from magma_torch.testing import onlyCUDA
 
@@ -41,15 +42,18 @@ WEIGHTS = {"WHY": {"temporal": 1.0, "semantic": 1.5, "causal": 4.0, "entity": 2.
            "ENTITY": {"temporal": 1.0, "semantic": 2.0, "causal": 1.0, "entity": 5.0}}
 
 
-def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS, result=None):
+def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS, result=None, scan=False):
     g = torch.Generator().manual_seed(seed + 1)
     queries = torch.nn.functional.normalize(torch.randn(batch, 16, generator=g), dim=1)
     intents = torch.randint(0, 3, (batch,), generator=g)
     anchors = torch.stack([torch.randperm(n, generator=g)[:k] for _ in range(batch)])
     anchors[0, 2:] = -1  # padded anchor rows are allowed
     anchor_scores = torch.rand(batch, k, generator=g, dtype=torch.float64) * 5
-    res = beam_search(graph.snapshot(n, m), emb, queries, intents, anchors, anchor_scores,
-                      relation_weights(weights, INTENTS), cfg, dtype=torch.float64)
+    # scan: cosines from gathered rows; else from the batch's [B, N] matrix (query/similarity.py)
+    sim = Similarity(emb, emb.half(), queries, SimilarityConfig(matrix_min_batch=batch + 1 if scan else 1),
+                     dtype=torch.float64)
+    res = beam_search(graph.snapshot(n, m), sim, intents, anchors, anchor_scores, relation_weights(weights, INTENTS),
+                      cfg, dtype=torch.float64)
     adj, ent = adjacency_lists(pairs)
     emb_l, out = emb.tolist(), []
     for b in range(batch):
@@ -67,12 +71,13 @@ def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS,
     dict(n=200, m=10, e=300, hub=True), dict(n=120, m=8, e=200, isolated=30), dict(n=30, m=1, e=10),
 ])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_batched_equals_reference(shape, seed):
+@pytest.mark.parametrize("scan", [False, True])
+def test_batched_equals_reference(shape, seed, scan):
     cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40,
                      drop_threshold=-0.2)
     graph, pairs, emb = random_graph(seed, shape["n"], shape["m"], shape["e"], shape.get("hub", False),
                                      shape.get("isolated", 0))
-    for got, ref in run_both(graph, pairs, emb, shape["n"], shape["m"], cfg, seed):
+    for got, ref in run_both(graph, pairs, emb, shape["n"], shape["m"], cfg, seed, scan=scan):
         assert set(got) == set(ref)
         for v in ref:
             assert got[v] == pytest.approx(ref[v], rel=1e-9)
@@ -100,12 +105,14 @@ def test_cuda_search_equals_cpu_search():
     anchors = torch.stack([torch.randperm(400, generator=g)[:5] for _ in range(32)])
     scores = torch.rand(32, 5, generator=g, dtype=torch.float64)
     w = torch.rand(3, 4, generator=g) * 4
-    cpu = beam_search(graph.snapshot(400, 20), emb, q, intents, anchors, scores, w, cfg, torch.float64)
+    cpu = beam_search(graph.snapshot(400, 20), Similarity(emb, None, q, dtype=torch.float64), intents, anchors, scores, w,
+                      cfg, torch.float64)
     gpu_graph = MultiGraph("cuda")
     for rel in RELATIONS:
         s, d, wt = graph.edges(rel)
         gpu_graph.add_edges(rel, s.cuda(), d.cuda(), wt.cuda())
-    gpu = beam_search(gpu_graph.snapshot(400, 20), emb.cuda(), q.cuda(), intents.cuda(), anchors.cuda(),
+    gpu = beam_search(gpu_graph.snapshot(400, 20), Similarity(emb.cuda(), None, q.cuda(), dtype=torch.float64),
+                      intents.cuda(), anchors.cuda(),
                       scores.cuda(), w.cuda(), cfg, torch.float64)
     as_set = lambda r: set(zip(r.query.tolist(), r.node.tolist()))  # noqa: E731
     assert as_set(cpu) == as_set(gpu)

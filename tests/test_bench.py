@@ -2,6 +2,7 @@
 plain-Python reference, and the CLI's JSON contract (DESIGN 3.3)."""
 import json
 import math
+from dataclasses import fields
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ from magma_torch.bench.synthetic import event_rows, synthesize
 from magma_torch.ingest import bulk
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.query.anchors import time_ranking
+from magma_torch.query.retriever import RetrievalConfig, Retriever
+from magma_torch.query.similarity import Similarity
 from magma_torch.store.store import MemoryStore
 
 CONTRACT = ("events", "edges", "ingest_events_per_s", "retrieval_qps", "retrieval_ms_p50", "retrieval_ms_p95",
@@ -78,7 +81,7 @@ def test_time_ranking_matches_dense_scan_and_handles_empty_windows():
     emb = torch.nn.functional.normalize(torch.randn(n, 16, generator=g), dim=1)
     q = torch.nn.functional.normalize(torch.randn(6, 16, generator=g), dim=1)
     windows = [(100.0, 300.0), None, (-50.0, -10.0), (990.0, 2000.0), (0.0, 1000.0), (400.0, 401.0)]
-    out = time_ranking(windows, ts, spans, emb, q, top=8, mask_elements=n * 2)   # two questions per step
+    out = time_ranking(windows, ts, spans, Similarity(emb, None, q), top=8, mask_elements=n * 2)   # two questions per step
     for b, w in enumerate(windows):
         if w is None:
             assert out[b].tolist() == [-1] * 8
@@ -145,3 +148,22 @@ def test_gpu_script_runs_without_faiss_hydra_or_text_stack(tmp_path):
     assert [r["batch"] for r in record["runs"]] == [1, 16, 64]
     assert record["runs"][-1]["agreement_with_reference"] == 1.0
     assert record["runs"][0]["vector_backend"] == "torch" and record["bytes_per_query"] > 0
+
+
+def test_batches_past_the_matrix_limit_run_in_passes_with_the_same_result():
+    cfg = config()
+    cfg.retrieval.score_dtype = "float64"
+    bench = Bench.build(cfg, 600, 24, "cpu")
+    q, windows = bench.questions, bench.windows
+    whole = QueryPath(bench.snap, bench.retriever, bench.device)(q, windows)
+    cfg.retrieval.similarity.matrix_max_bytes = 600 * 8 * 7           # 7 questions' float64 rows per pass
+    bench.retriever = Retriever(None, bench.retriever.intent, RetrievalConfig.from_mapping(
+        OmegaConf.to_container(cfg.retrieval, resolve=True)))
+    assert [p.start for p in bench.retriever.passes(bench.snap, 24)] == [0, 7, 14, 21]
+    parts = QueryPath(bench.snap, bench.retriever, bench.device)(q, windows)
+    for f in fields(whole[1]):                                          # anchors
+        assert torch.equal(getattr(whole[1], f.name), getattr(parts[1], f.name)), f.name
+    for f in fields(whole[2]):        # beam results, row for row in salience order (rows are per depth)
+        a, b = getattr(whole[2], f.name)[whole[3]], getattr(parts[2], f.name)[parts[3]]
+        # passes of 7 take the scan's row dot products, the whole batch its matrix: equal to rounding
+        assert torch.allclose(a, b, rtol=1e-12, atol=0) if f.name == "score" else torch.equal(a, b), f.name

@@ -8,7 +8,8 @@ import torch
 from magma_torch.query.anchors import (ContextConfig, chain_neighbours, context_candidates, context_scores, rrf_fuse,
                                        time_ranking, top_ids)
 from magma_torch.query.linearize import linearize
-from magma_torch.store.tables import EventRow
+from magma_torch.query.similarity import Similarity
+from magma_torch.store.tables import EventRow, EventTable
 from magma_torch.text import count_tokens
 
 
@@ -34,26 +35,33 @@ def test_time_ranking_keeps_only_events_in_the_window():
     spans[3] = torch.tensor([9 * day, 11 * day])          # event 3 mentions a date inside the window
     emb = torch.eye(4)
     q = torch.tensor([[0.1, 0.2, 0.9, 0.3], [1.0, 0.0, 0.0, 0.0]])
-    out = time_ranking([(9 * day, 12 * day), None], ts, spans, emb, q, top=3)
+    out = time_ranking([(9 * day, 12 * day), None], ts, spans, Similarity(emb, None, q), top=3)
     assert out[0].tolist() == [3, 1, -1]                   # both in window, most similar first
     assert out[1].tolist() == [-1, -1, -1]                 # no window, no time ranking
 
 
-def test_context_view_is_the_normalised_window_sum():
-    prev = torch.tensor([-1, 0, 1, 2, -1])
-    nxt = torch.tensor([1, 2, 3, -1, -1])
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_context_view_is_the_normalised_window_sum(hops):
+    # events 0-3 form one stream, event 4 another; the store keeps predecessor cosines up to 4 back
+    table = EventTable(8, chain_span=4)
     emb = torch.nn.functional.normalize(torch.randn(5, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+    table.append([EventRow(f"e{i}", float(i), "a" if i < 4 else "b") for i in range(5)], emb)
+    prev, nxt = table.prev.data, table.next.data
+    assert prev.tolist() == [-1, 0, 1, 2, -1] and nxt.tolist() == [1, 2, 3, -1, -1]
     q = torch.nn.functional.normalize(torch.randn(1, 8), dim=1)
-    ctx = ContextConfig(hops=1, weight=0.5, decay=1.0)
-    cand = torch.tensor([[2, 4, -1]])
-    got = context_scores(cand, prev, nxt, 5, ctx, dense=(emb, q))
-    want2 = torch.nn.functional.normalize(emb[2] + 0.5 * (emb[1] + emb[3]), dim=0) @ q[0]
-    want4 = emb[4] @ q[0]                                   # a stream of one event: itself only
-    assert got[0, 0] == pytest.approx(float(want2), abs=1e-6)
-    assert got[0, 1] == pytest.approx(float(want4), abs=1e-6)
-    assert got[0, 2] == -math.inf
+    ctx = ContextConfig(hops=hops, weight=0.5, decay=0.8)
+    cand = torch.tensor([[2, 4, -1, 0]])
+    w = [0.5 * 0.8 ** (s - 1) for s in range(1, hops + 1)]
+    view2 = emb[2] + sum(w[s - 1] * emb[2 + d * s] for s in range(1, hops + 1) for d in (-1, 1) if 0 <= 2 + d * s <= 3)
+    view0 = emb[0] + sum(w[s - 1] * emb[s] for s in range(1, hops + 1))
+    want = [float(torch.nn.functional.normalize(view2, dim=0) @ q[0]), float(emb[4] @ q[0]), -math.inf,
+            float(torch.nn.functional.normalize(view0, dim=0) @ q[0])]   # 4: a stream of one event, itself only
+    # hops <= 2 read the stored predecessor cosines, hops 3 gathers rows; without them every hops gathers
+    for dots in (table.chain_dots.data, None):
+        got = context_scores(cand, prev, nxt, 5, ctx, dense=Similarity(emb, None, q), chain_dots=dots)
+        assert got[0].tolist() == pytest.approx(want, abs=1e-6)
     kw = torch.tensor([[0.0, 1.0, 0.0, 2.0, 0.0]])
-    ks = context_scores(cand, prev, nxt, 5, ctx, keyword=kw)
+    ks = context_scores(cand, prev, nxt, 5, ContextConfig(hops=1, weight=0.5), keyword=kw)
     assert ks[0, 0] == pytest.approx(0.5 * (1.0 + 2.0)) and ks[0, 1] == -math.inf   # no term in 4's window
 
 

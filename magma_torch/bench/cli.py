@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-dir", help="--sweep output folder (default: sweep.out_dir)")
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: run.threads, else torch's)")
     ap.add_argument("--vector-backend", choices=["auto", "faiss", "torch"],
-                    help="dense search for anchors and vector_rag (default: run.vector_backend)")
+                    help="the store's vector index, for ingest's semantic links (default: run.vector_backend)")
     ap.add_argument("--config", help="bench config file (default: the packaged conf/bench/default.yaml)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)

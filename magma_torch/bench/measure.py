@@ -12,7 +12,7 @@ import math
 import platform
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,7 +23,8 @@ import torch
 from magma_torch.bench.reference import RowLists, reference_graph
 from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
 from magma_torch.ingest import bulk
-from magma_torch.query.beam import salience_order
+from magma_torch.query.anchors import Anchors
+from magma_torch.query.beam import BeamResult, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.reference import reference_beam_search
 from magma_torch.query.retriever import RetrievalConfig, Retriever
@@ -32,7 +33,8 @@ from magma_torch.store.store import MemoryStore
 
 def load_config(path: str | Path | None = None):
     """conf/bench/default.yaml (or ``path``) with the retrieval block of the memory config it
-    names (conf/memory/<memory>.yaml, next to the bench folder) under ``retrieval``."""
+    names (conf/memory/<memory>.yaml, next to the bench folder) under ``retrieval``, and
+    that config's store settings ``chain_span`` and ``scan_dtype``."""
     from omegaconf import OmegaConf
 
     if path is None:
@@ -43,6 +45,7 @@ def load_config(path: str | Path | None = None):
     cfg = OmegaConf.load(path)
     memory = OmegaConf.load(path.parent.parent / "memory" / f"{cfg.memory}.yaml")
     cfg.retrieval = OmegaConf.merge(memory.retrieval, cfg.retrieval)
+    cfg.chain_span, cfg.scan_dtype = memory.chain_span, memory.scan_dtype
     return cfg
 
 
@@ -68,7 +71,8 @@ def _by_new_endpoint(column: torch.Tensor, lo: int, hi: int) -> slice:
 def ingest(mem, cfg, device: torch.device) -> tuple[MemoryStore, dict]:
     """Bulk-add the synthetic memory in batches of ``run.ingest_batch`` events; the
     first snapshot (the CSR merge) is part of ingest."""
-    store = MemoryStore(mem.embeddings.shape[1], device, cfg.run.vector_backend)
+    store = MemoryStore(mem.embeddings.shape[1], device, cfg.run.vector_backend, chain_span=cfg.chain_span,
+                        scan_dtype=cfg.scan_dtype)
     n, batch = mem.num_events, cfg.run.ingest_batch
     sem_new, sem_old, sem_cos = mem.semantic
     cause, effect = mem.causal
@@ -109,28 +113,41 @@ def ingest(mem, cfg, device: torch.device) -> tuple[MemoryStore, dict]:
 
 
 class QueryPath:
-    """The timed query path: intent head, RRF anchors, beam search, salience order."""
+    """The timed query path: intent head, question-event cosines, RRF anchors, beam search,
+    salience order; in the retriever's passes when a batch's similarity matrix would not fit."""
 
     def __init__(self, snap, retriever: Retriever, device: torch.device):
         self.snap, self.retriever, self.device = snap, retriever, device
-        self.phase_s = {"intent": 0.0, "anchors": 0.0, "beam": 0.0}
+        self.phase_s = {"intent": 0.0, "similarity": 0.0, "anchors": 0.0, "beam": 0.0}
 
     def __call__(self, q: torch.Tensor, windows: list):
         r, snap, clock = self.retriever, self.snap, self._clock
         intents = clock("intent", lambda: r.intents(q))
-        anchors = clock("anchors", lambda: r.anchors(snap, q, windows))
-        res = clock("beam", lambda: r.expand(snap, q, intents, anchors))
-        order = clock("beam", lambda: salience_order(res))
-        return intents, anchors, res, order
+        passes, anchors, results = r.passes(snap, q.shape[0]), [], []
+        for p in passes:
+            sim = clock("similarity", lambda: r.similarity(snap, q[p]))
+            anchors.append(clock("anchors", lambda: r.anchors(snap, sim, windows[p])))
+            results.append(clock("beam", lambda: r.expand(snap, sim, intents[p], anchors[-1])))
+        if len(passes) > 1:   # one batch again: query indices of later passes shifted
+            anchors = [Anchors(*(torch.cat(c) for c in zip(*map(_columns, anchors))))]
+            cols = [torch.cat(c) for c in zip(*map(_columns, results))]
+            cols[0] = torch.cat([res.query + p.start for res, p in zip(results, passes)])
+            results = [BeamResult(*cols)]
+        order = clock("beam", lambda: salience_order(results[0]))
+        return intents, anchors[0], results[0], order
 
     def _clock(self, phase: str, step):
-        # One sync per phase (four per batch): the per-phase split costs that much; the
+        # One sync per phase (five per batch): the per-phase split costs that much; the
         # beam search itself syncs on every boolean selection (its frontier sizes vary).
         t = time.perf_counter()
         out = step()
         _sync(self.device)
         self.phase_s[phase] += time.perf_counter() - t
         return out
+
+
+def _columns(record) -> list:
+    return [getattr(record, f.name) for f in fields(record)]
 
 
 def _percentile(values: list[float], p: float) -> float:
@@ -240,8 +257,8 @@ class Bench:
         single = min(rc.single_queries, queries)
         single_s, _ = _timed_batches(path, q_all[:single], windows[:single], 1, dev)
 
-        def vector(qb, _windows):
-            return snap.vector_index.search(qb, self.cfg.vector_rag_k, upto=events)
+        def vector(qb, _windows):   # vector_rag: the same exact dense search, its top-k alone
+            return self.retriever.similarity(snap, qb).top_k(self.cfg.vector_rag_k)
 
         vector(q_all[:batch], None)
         vec_s, _ = _timed_batches(vector, q_all, windows, batch, dev)
@@ -277,6 +294,8 @@ class Bench:
             "memory_measured_as": "torch.cuda.memory_allocated deltas" if dev.type == "cuda" else "RSS deltas",
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "gpu_peak_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
+            "similarity_mode": {"batch": self.retriever.similarity(snap, q_all[:batch]).mode,
+                                "batch_1": self.retriever.similarity(snap, q_all[:1]).mode},
             "vector_backend": snap.vector_index.backend,
             "machine": _machine(dev), "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
             "threads": torch.get_num_threads(),
@@ -287,25 +306,33 @@ class Bench:
 def traffic_per_query(bench: Bench, batch: int) -> dict:
     """Estimate of the memory traffic of one batch, per question.
 
-    Beam, an upper bound: every kept node below max_depth counts as expanded; each of its
-    candidates costs its CSR entry (neighbour + relation, int64 each), a visited-set probe
-    (int64) and an embedding row (repeated (query, node) pairs are in fact scored once).
-    Anchors: the flat dense scan reads every embedding once per batch.
+    Similarity: a pass streams the embeddings once for all its questions (fp32 for the
+    matrix, the half-precision copy for the scan) and writes, then top-k reads, each
+    question's row of N scores. Beam, an upper bound: every kept node below max_depth
+    counts as expanded; each of its candidates costs its CSR entry (neighbour + relation,
+    int64 each), a visited-set probe (int64) and its score (a matrix read; on the scan, a
+    half-precision read, plus a 4-byte-per-dimension row for those near the drop threshold,
+    not counted).
     """
     snap, q, windows = bench.snap, bench.questions[:batch], bench.windows[:batch]
-    _, _, res, _ = QueryPath(snap, bench.retriever, bench.device)(q, windows)
+    r = bench.retriever
+    _, _, res, _ = QueryPath(snap, r, bench.device)(q, windows)
     g = snap.graph
-    frontier = res.node[res.depth < bench.retriever.cfg.beam.max_depth]
+    frontier = res.node[res.depth < r.cfg.beam.max_depth]
     adj = g.event_adj.degree(frontier).sum()
     _, ents, _ = g.event_entity.gather(frontier)
     via_entity = g.entity_event.degree(ents).sum() + ents.numel()
     candidates = int(adj + via_entity)
-    row = snap.embeddings.shape[1] * snap.embeddings.element_size()
-    beam = candidates * (8 + 8 + 8 + row)
-    anchors = snap.num_events * row
-    b = q.shape[0]
-    return {"batch": b, "candidates_per_query": candidates / b, "beam_bytes_per_query": beam / b,
-            "anchor_scan_bytes_per_query": anchors / b, "bytes_per_query": (beam + anchors) / b}
+    b, n, d = q.shape[0], snap.num_events, snap.embeddings.shape[1]
+    per_pass = r.passes(snap, b)[0].stop
+    sim = r.similarity(snap, q[:per_pass])
+    score_bytes = (sim.matrix if sim.mode == "matrix" else sim.approx).element_size()
+    scan_bytes = (snap.embeddings if sim.mode == "matrix" else snap.scan_embeddings).element_size()
+    similarity = n * d * scan_bytes / min(per_pass, b) + 2 * n * score_bytes
+    beam = candidates * (8 + 8 + 8 + score_bytes) / b
+    return {"batch": b, "similarity_mode": sim.mode, "candidates_per_query": candidates / b,
+            "similarity_bytes_per_query": similarity, "beam_bytes_per_query": beam,
+            "bytes_per_query": similarity + beam}
 
 
 def _agreement_over_batches(store, retriever, q_all, kept, batch, n_ref) -> tuple[float, float]:

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from magma_torch.query.beam import pair_cosine
+from magma_torch.store.tables import row_dots
 from magma_torch.store.tables import EventRow
 
 _CHUNK = 1 << 16   # rows per generation step: peak memory stays a few chunks, not [N, d] temporaries
@@ -94,7 +94,7 @@ def synthesize(n: int, cfg, seed: int = 0) -> SyntheticMemory:
 
     new, old = _earlier_in_group(topics, cfg.semantic_candidates, None, g)
     new, old = _unique_pairs(new, old, n)
-    cos = pair_cosine(emb, emb, new, old, torch.float32)
+    cos = row_dots(emb, new, emb, old, torch.float32)
     keep = cos > cfg.theta_sim
     semantic = (new[keep], old[keep], cos[keep])
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from magma_torch.query.beam import pair_cosine
 from magma_torch.query.segment import lexsort, rank_in_group
+from magma_torch.query.similarity import Similarity
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: in
 
 
 def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Tensor, date_spans: torch.Tensor,
-                 embeddings: torch.Tensor, queries: torch.Tensor, top: int, mask_elements: int = 1 << 24) -> torch.Tensor:
+                 sim: Similarity, top: int, mask_elements: int = 1 << 24) -> torch.Tensor:
     """Events whose timestamp or mentioned dates fall in the question's window, most similar
     first (ties: lower id); [B, top] ids, -1 padded (all -1 for questions without a window).
 
@@ -63,8 +63,8 @@ def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Te
     timestamps, made for a few questions at a time so no more than ``mask_elements``
     booleans are alive, and cosines are computed for the (question, event) pairs it finds.
     """
-    b_size, n = len(windows), timestamps.numel()
-    out = torch.full((b_size, top), -1, dtype=torch.long, device=queries.device)
+    b_size, n, device = len(windows), timestamps.numel(), sim.queries.device
+    out = torch.full((b_size, top), -1, dtype=torch.long, device=device)
     rows = [i for i, w in enumerate(windows) if w is not None]
     if not rows or n == 0 or top == 0:
         return out
@@ -80,10 +80,10 @@ def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Te
         r, e = inside.nonzero(as_tuple=True)
         pair_row.append(r + a)
         pair_event.append(e)
-    r, e = torch.cat(pair_row).to(queries.device), torch.cat(pair_event).to(queries.device)
-    row_ids = torch.tensor(rows, device=queries.device)
-    sim = pair_cosine(embeddings, queries, row_ids[r], e, torch.float32)
-    perm = lexsort((r, False), (sim, True), (e, False))
+    r, e = torch.cat(pair_row).to(device), torch.cat(pair_event).to(device)
+    row_ids = torch.tensor(rows, device=device)
+    cos = sim.pairs(row_ids[r], e)
+    perm = lexsort((r, False), (cos, True), (e, False))
     r, e = r[perm], e[perm]
     pos = rank_in_group(r)
     keep = pos < top
@@ -125,32 +125,60 @@ def context_candidates(hits: list[torch.Tensor], prev, nxt, n: int, ctx: Context
     return torch.where(dup, torch.full_like(cand, -1), cand)
 
 
-def context_scores(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig,
-                   dense: tuple[torch.Tensor, torch.Tensor] | None = None,
-                   keyword: torch.Tensor | None = None) -> torch.Tensor:
+def context_scores(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig, dense: Similarity | None = None,
+                   chain_dots: torch.Tensor | None = None, keyword: torch.Tensor | None = None) -> torch.Tensor:
     """Score of each candidate's context view, -inf where padded.
 
-    dense=(embeddings, queries): cosine of the query with the (normalised) weighted sum
-    of the window's embeddings. keyword=[B, n] BM25 scores: their weighted window sum.
+    dense: cosine of the query with the (normalised) weighted sum of the window's
+    embeddings, i.e. the weighted sum of the window's cosines over the sum's norm
+    (``chain_dots``: the store's predecessor cosines, see window_norms).
+    keyword=[B, n] BM25 scores: their weighted window sum.
     """
     valid = cand >= 0
     safe = cand.clamp(min=0)
     window = chain_neighbours(cand, prev, nxt, n, ctx)
     if dense is not None:
-        emb, q = dense
-        # [B, C, d] temporaries dominate the cost: one gather and one fused multiply-add per
-        # hop, and the normalisation applied to the [B, C] dot products, not the vectors.
-        acc = emb[safe].float()
-        for nb, w in window:
-            acc.addcmul_(emb[nb.clamp(min=0)].float(), (w * (nb >= 0)).unsqueeze(-1).to(acc.dtype))
-        dot = (acc * q.float().unsqueeze(1)).sum(-1)
-        score = dot / torch.linalg.vector_norm(acc, dim=-1).clamp(min=1e-12)
+        members = torch.stack([cand] + [nb for nb, _ in window])            # [1 + 2h, B, C]
+        weights = torch.stack([valid.float()] + [w * (nb >= 0) for nb, w in window])
+        rows = torch.arange(cand.shape[0], device=cand.device)[:, None].expand_as(members)
+        cos = dense.pairs(rows.reshape(-1), members.clamp(min=0).reshape(-1)).view(members.shape).float()
+        dot = (weights * cos).sum(0)
+        score = dot / window_norms(dense.embeddings, chain_dots, safe, prev, nxt, n, ctx)
     else:
         score = torch.gather(keyword, 1, safe)
         for nb, w in window:
             score = score + w * torch.gather(keyword, 1, nb.clamp(min=0)) * (nb >= 0)
         valid &= score > 0  # a window without a single matching term is not a keyword hit
     return torch.where(valid, score, torch.full_like(score, -math.inf))
+
+
+def window_norms(embeddings: torch.Tensor, chain_dots: torch.Tensor | None, ids: torch.Tensor, prev, nxt, n: int,
+                 ctx: ContextConfig) -> torch.Tensor:
+    """|e_v + sum_s w_s e_{chain neighbour s of v}| for event ids of any shape (>= 1e-12).
+
+    The window is a run of the chain, x_-h .. x_h, so each pair's cosine e_{x_i} . e_{x_j}
+    (i < j) is chain_dots[x_j, j-i-1] and the norm needs no embedding rows while the store
+    keeps predecessor cosines up to distance 2h; otherwise the rows are gathered.
+    """
+    side = chain_neighbours(ids, prev, nxt, n, ctx)
+    if chain_dots is not None and chain_dots.shape[1] >= 2 * ctx.hops:
+        h = ctx.hops
+        before, after = side[:h][::-1], side[h:]               # x_-h .. x_-1 and x_1 .. x_h
+        members = [nb for nb, _ in before] + [ids] + [nb for nb, _ in after]
+        weights = [w * (nb >= 0) for nb, w in before] + [torch.ones_like(ids, dtype=chain_dots.dtype)] + [
+            w * (nb >= 0) for nb, w in after]
+        sq = sum(w * w for w in weights)
+        for j in range(1, 2 * h + 1):
+            dots = chain_dots[members[j].clamp(min=0)]           # [*, span]: x_j with x_j-1, x_j-2, ...
+            for i in range(j):
+                sq = sq + 2 * weights[i] * weights[j] * dots[..., j - i - 1]
+        return sq.clamp(min=0).sqrt().clamp(min=1e-12)
+    # The norm depends on the event alone: computed once per distinct id of the batch.
+    distinct, inverse = torch.unique(ids, return_inverse=True)
+    acc = embeddings.index_select(0, distinct).float()
+    for nb, w in chain_neighbours(distinct, prev, nxt, n, ctx):
+        acc.addcmul_(embeddings.index_select(0, nb.clamp(min=0)).float(), (w * (nb >= 0)).unsqueeze(-1).to(acc.dtype))
+    return torch.linalg.vector_norm(acc, dim=-1).clamp(min=1e-12)[inverse]
 
 
 def top_ids(cand: torch.Tensor, score: torch.Tensor, k: int) -> torch.Tensor:

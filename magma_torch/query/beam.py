@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from magma_torch.query.segment import lexsort, rank_in_group
+from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 
@@ -39,28 +40,17 @@ class BeamResult:
     depth: torch.Tensor
 
 
-def pair_cosine(embeddings: torch.Tensor, queries: torch.Tensor, q_idx: torch.Tensor, nodes: torch.Tensor,
-                dtype: torch.dtype, chunk: int = 1 << 16) -> torch.Tensor:
-    """cos(embeddings[nodes[i]], queries[q_idx[i]]) in chunks, so memory stays O(chunk * d)."""
-    out = torch.empty(nodes.numel(), dtype=dtype, device=queries.device)
-    for start in range(0, nodes.numel(), chunk):
-        sl = slice(start, start + chunk)
-        out[sl] = (embeddings[nodes[sl]].to(dtype) * queries[q_idx[sl]].to(dtype)).sum(-1)
-    return out
-
-
-def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.Tensor, intents: torch.Tensor,
-                anchors: torch.Tensor, anchor_scores: torch.Tensor, weights: torch.Tensor, cfg: BeamConfig,
+def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, anchors: torch.Tensor,
+                anchor_scores: torch.Tensor, weights: torch.Tensor, cfg: BeamConfig,
                 dtype: torch.dtype = torch.float32) -> BeamResult:
-    """Expand ``anchors`` [B, K] (-1 padded) for queries [B, d] with intents [B].
+    """Expand ``anchors`` [B, K] (-1 padded) for the questions of ``sim`` with intents [B].
 
     ``weights`` is the [num_intents, num_relations] matrix w[T_q, r]; w = 0 removes relation r
     from intent T_q's traversal.
     """
-    device = queries.device
+    device = anchors.device
     n = graph.num_events
-    b_size = queries.shape[0]
-    q = queries.to(dtype)
+    b_size = sim.batch_size
     w = weights.to(device, dtype)
     lam_w = cfg.lambda1 * w
     valid = anchors >= 0
@@ -79,10 +69,11 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
     f_q, f_n, f_s = a_q, a_n, a_s
     for depth in range(1, cfg.max_depth + 1):
         room = cfg.max_nodes - count
-        active = room[f_q] > 0
-        f_q, f_n, f_s = f_q[active], f_n[active], f_s[active]
+        live = (room[f_q] > 0).nonzero().squeeze(1)
+        f_q, f_n, f_s = f_q[live], f_n[live], f_s[live]
         if f_n.numel() == 0:
             break
+        # Candidates: one row per (frontier row, neighbour), direct and through entity nodes.
         seg, nbr, rel = graph.event_adj.gather(f_n)
         via = torch.full_like(nbr, -1)
         seg1, ent, _ = graph.event_entity.gather(f_n)
@@ -91,38 +82,39 @@ def beam_search(graph: GraphSnapshot, embeddings: torch.Tensor, queries: torch.T
         nbr = torch.cat([nbr, nbr2])
         rel = torch.cat([rel, rel2])
         via = torch.cat([via, ent[seg2]])
-        c_q, c_p, c_ps = f_q[seg], f_n[seg], f_s[seg]
+        c_q = f_q[seg]
+        cos = sim.pairs(c_q, nbr.clamp(max=n - 1), floor=cfg.drop_threshold).to(dtype)
         # A relation weighted 0 for the query's intent is removed, not merely down-weighted
         # (exp(0) would still score it): this is how the ablation configs switch a graph off.
-        ok = (nbr != c_p) & (nbr < n) & (w[intents[c_q], rel] != 0)
-        keys = c_q * n + nbr
+        ok = (cos >= cfg.drop_threshold) & (nbr < n) & (nbr != f_n[seg]) & (w[intents[c_q], rel] != 0)
+        # Surviving rows are carried as indices into the candidate columns, read when needed.
+        idx = ok.nonzero().squeeze(1)
+        keys = c_q[idx] * n + nbr[idx]
         if visited.numel():
             pos = torch.searchsorted(visited, keys).clamp(max=visited.numel() - 1)
-            ok &= visited[pos] != keys
-        c_q, c_p, c_ps, nbr, rel, via, keys = (t[ok] for t in (c_q, c_p, c_ps, nbr, rel, via, keys))
-        # Hubs (a speaker's entity node) reach the same node from many parents: score each
-        # (query, node) pair once. pair_keys is sorted, so pair order is (query, node).
-        pair_keys, inverse = torch.unique(keys, return_inverse=True)
-        pair_cos = pair_cosine(embeddings, q, pair_keys // n, pair_keys % n, dtype)
-        ok = pair_cos[inverse] >= cfg.drop_threshold
-        c_q, c_p, c_ps, nbr, rel, via, inverse = (t[ok] for t in (c_q, c_p, c_ps, nbr, rel, via, inverse))
-        if nbr.numel() == 0:
+            fresh = (visited[pos] != keys).nonzero().squeeze(1)
+            idx, keys = idx[fresh], keys[fresh]
+        if idx.numel() == 0:
             break
-        score = cfg.gamma * c_ps + torch.exp(lam_w[intents[c_q], rel] + cfg.lambda2 * pair_cos[inverse])
+        r_seg, r_rel, r_q = seg[idx], rel[idx], c_q[idx]
+        score = cfg.gamma * f_s[r_seg] + torch.exp(lam_w[intents[r_q], r_rel] + cfg.lambda2 * cos[idx])
         # Best incoming transition per (query, node): highest score, then lowest parent, then
         # relation, then the first candidate; segmented reductions instead of a 4-key sort.
-        best = _segment_argbest(inverse, pair_keys.numel(), score, c_p * len(REL_ID) + rel)
-        c_q, c_p, nbr, rel, via, score = (t[best] for t in (c_q, c_p, nbr, rel, via, score))
+        # Hubs (a speaker's entity node) reach the same node from many parents.
+        pair_keys, inverse = torch.unique(keys, return_inverse=True)
+        best = _segment_argbest(inverse, pair_keys.numel(), score, f_n[r_seg] * len(REL_ID) + r_rel)
+        idx, score, r_q = idx[best], score[best], r_q[best]
         # Per-query top beam_width (bounded by the remaining budget); ties to the lower node id,
-        # which is the order the pairs are in already.
-        perm = lexsort((c_q, False), (score, True))
-        c_q, c_p, nbr, rel, via, score = (t[perm] for t in (c_q, c_p, nbr, rel, via, score))
-        take = rank_in_group(c_q) < torch.clamp(room[c_q], max=cfg.beam_width)
-        c_q, c_p, nbr, rel, via, score = (t[take] for t in (c_q, c_p, nbr, rel, via, score))
-        parts.append((c_q, nbr, score, c_p, rel, via, torch.full_like(nbr, depth)))
-        visited = torch.sort(torch.cat([visited, c_q * n + nbr])).values
-        count = count + torch.bincount(c_q, minlength=b_size)
-        f_q, f_n, f_s = c_q, nbr, score
+        # which is the order the (query, node) pairs are in already.
+        perm = lexsort((r_q, False), (score, True))
+        idx, score, r_q = idx[perm], score[perm], r_q[perm]
+        take = (rank_in_group(r_q) < torch.clamp(room[r_q], max=cfg.beam_width)).nonzero().squeeze(1)
+        idx, score, r_q = idx[take], score[take], r_q[take]
+        node = nbr[idx]
+        parts.append((r_q, node, score, f_n[seg[idx]], rel[idx], via[idx], torch.full_like(node, depth)))
+        visited = torch.sort(torch.cat([visited, r_q * n + node])).values
+        count = count + torch.bincount(r_q, minlength=b_size)
+        f_q, f_n, f_s = r_q, node, score
     return BeamResult(*(torch.cat(col) for col in zip(*parts)))
 
 

@@ -22,6 +22,7 @@ from magma_torch.query.anchors import (Anchors, ContextConfig, context_candidate
 from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.linearize import linearize, render_blocks
+from magma_torch.query.similarity import Similarity, SimilarityConfig
 from magma_torch.store.graph import RELATIONS
 from magma_torch.store.store import StoreSnapshot
 from magma_torch.text import count_tokens
@@ -40,6 +41,7 @@ class RetrievalConfig:
     use_intent: bool = True           # False: one uniform weight row for every intent (ablation)
     intent_weights: dict = field(default_factory=lambda: {i: {r: 1.0 for r in RELATIONS} for i in INTENTS})
     beam: BeamConfig = BeamConfig()
+    similarity: SimilarityConfig = SimilarityConfig()
     budget_tokens: int | None = 2000
     score_dtype: str = "float32"
     mode: str = "graph"               # "graph": Algorithm 1; "full_context": all events, newest kept
@@ -53,7 +55,8 @@ class RetrievalConfig:
     @classmethod
     def from_mapping(cls, r: dict) -> "RetrievalConfig":
         """From the ``retrieval`` block of a memory config, as plain containers."""
-        return cls(**{**r, "beam": BeamConfig(**r["beam"]), "context": ContextConfig(**r["context"])})
+        return cls(**{**r, "beam": BeamConfig(**r["beam"]), "context": ContextConfig(**r["context"]),
+                      "similarity": SimilarityConfig(**r["similarity"])})
 
 @dataclass(frozen=True)
 class RetrievedNode:
@@ -110,6 +113,7 @@ class Retriever:
         if cfg.mode not in ("graph", "full_context"):
             raise ValueError(f"unknown retrieval mode {cfg.mode!r}; options: ['graph', 'full_context']")
 
+    @torch.inference_mode()
     def retrieve_batch(self, snap: StoreSnapshot, questions: list[str], query_times: list[datetime | None],
                        budget_tokens: int | None = None) -> list[Retrieval]:
         from magma_torch.ingest.temporal import question_time_window  # lazy: dateparser is not needed to rank
@@ -125,9 +129,12 @@ class Retriever:
             out = self._full_context(snap, questions, intents, windows, budget)
         else:
             epochs = [None if w_ is None else tuple(_utc(t) for t in w_) for w_ in windows]
-            anchors = self.anchors(snap, q, epochs, questions)
-            result = self.expand(snap, q, intents, anchors)
-            out = self._assemble(snap, questions, intents, windows, anchors, result, budget)
+            out = []
+            for p in self.passes(snap, len(questions)):
+                sim = self.similarity(snap, q[p])
+                anchors = self.anchors(snap, sim, epochs[p], questions[p])
+                result = self.expand(snap, sim, intents[p], anchors)
+                out += self._assemble(snap, questions[p], intents[p], windows[p], anchors, result, budget)
         per_query_ms = (time.perf_counter() - started) * 1000 / max(len(questions), 1)
         for b, r in enumerate(out):
             r.retrieval_ms = per_query_ms
@@ -136,11 +143,14 @@ class Retriever:
         return out
 
     # The tensor steps of Algorithm 1 for a batch of embedded questions q [B, d]; magma-bench
-    # times them one by one.
+    # times them one by one. Inference mode: nothing here is differentiated, and skipping
+    # autograd's bookkeeping takes ~15% off a single question's many small tensor operations.
+    @torch.inference_mode()
     def intent_probs(self, q: torch.Tensor) -> torch.Tensor | None:
         """[B, len(INTENTS)] intent probabilities; None without a classifier."""
         return None if self.intent is None else self.intent.probabilities(q).to(q.device)
 
+    @torch.inference_mode()
     def intents(self, q: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
         """[B] predicted intent indices (``probs`` from intent_probs when already computed);
         every question is ENTITY without a classifier."""
@@ -149,12 +159,25 @@ class Retriever:
             return torch.full((q.shape[0],), INTENTS.index("ENTITY"), dtype=torch.long, device=q.device)
         return probs.argmax(dim=-1)
 
-    def anchors(self, snap: StoreSnapshot, q: torch.Tensor, windows: list[tuple[float, float] | None],
+    def passes(self, snap: StoreSnapshot, num_questions: int) -> list[slice]:
+        """Questions per pass of the steps below: each pass's [B, N] similarity matrix stays
+        within ``similarity.matrix_max_bytes``."""
+        per_question = max(snap.num_events, 1) * torch.finfo(self.dtype).bits // 8
+        size = max(1, self.cfg.similarity.matrix_max_bytes // per_question)
+        return [slice(a, a + size) for a in range(0, num_questions, size)]
+
+    @torch.inference_mode()
+    def similarity(self, snap: StoreSnapshot, q: torch.Tensor) -> Similarity:
+        """The questions' cosines with the snapshot's events, shared by the steps below."""
+        return Similarity(snap.embeddings, snap.scan_embeddings, q, self.cfg.similarity, self.dtype)
+
+    @torch.inference_mode()
+    def anchors(self, snap: StoreSnapshot, sim: Similarity, windows: list[tuple[float, float] | None],
                 questions: list[str] | None = None) -> Anchors:
         """RRF over the dense, keyword and time rankings, and over the dense and keyword
         rankings of each event's temporal-context view. ``windows``: epoch-second time
         windows (None: no window); ``questions`` are read by the keyword signals only."""
-        cfg, n, dev = self.cfg, snap.num_events, q.device
+        cfg, n, dev = self.cfg, snap.num_events, sim.queries.device
         on = {s: s in cfg.active_signals for s in SIGNALS}
         k = {s: int(cfg.signal_top_k.get(s, 0)) for s in SIGNALS}
         ctx = cfg.context
@@ -162,9 +185,8 @@ class Retriever:
         if questions is None and (on["keyword"] or on["keyword_context"]):
             raise ValueError("the keyword signals need question texts; set retrieval.signal_weights.keyword "
                              "and keyword_context to 0 to rank embeddings alone")
-        empty = torch.zeros((q.shape[0], 0), dtype=torch.long, device=dev)
-        dense = snap.vector_index.search(q, max(k["vector"], n_cand), upto=n)[1].to(dev) if (
-            on["vector"] or n_cand) else empty
+        empty = torch.zeros((sim.batch_size, 0), dtype=torch.long, device=dev)
+        dense = sim.top_k(max(k["vector"], n_cand)) if on["vector"] or n_cand else empty
         kw_scores = torch.from_numpy(snap.keyword_index.scores(questions, upto=n)).to(dev) if (
             on["keyword"] or on["keyword_context"]) else None
         kw_top = torch.from_numpy(snap.keyword_index.top_k(kw_scores.cpu().numpy(), max(k["keyword"], n_cand))).to(
@@ -172,11 +194,11 @@ class Retriever:
         ranked = {"vector": dense[:, : k["vector"]], "keyword": kw_top[:, : k["keyword"]], "time": empty,
                   "vector_context": empty, "keyword_context": empty}
         if on["time"]:
-            ranked["time"] = time_ranking(windows, snap.timestamps, snap.date_spans, snap.embeddings, q, k["time"])
+            ranked["time"] = time_ranking(windows, snap.timestamps, snap.date_spans, sim, k["time"])
         if n_cand:
             cand = context_candidates([dense[:, :n_cand], kw_top[:, :n_cand]], snap.prev, snap.next, n, ctx)
             if on["vector_context"]:
-                sc = context_scores(cand, snap.prev, snap.next, n, ctx, dense=(snap.embeddings, q))
+                sc = context_scores(cand, snap.prev, snap.next, n, ctx, dense=sim, chain_dots=snap.chain_dots)
                 ranked["vector_context"] = top_ids(cand, sc, k["vector_context"])
             if on["keyword_context"]:
                 sc = context_scores(cand, snap.prev, snap.next, n, ctx, keyword=kw_scores)
@@ -189,9 +211,10 @@ class Retriever:
         best = anchors.scores[:, :1].clamp(min=1e-12)
         return (self.cfg.anchor_scale * anchors.scores / best).to(self.dtype)
 
-    def expand(self, snap: StoreSnapshot, q: torch.Tensor, intents: torch.Tensor, anchors: Anchors) -> BeamResult:
-        return beam_search(snap.graph, snap.embeddings, q, intents, anchors.ids, self.start_scores(anchors),
-                           self.weights, self.cfg.beam, self.dtype)
+    @torch.inference_mode()
+    def expand(self, snap: StoreSnapshot, sim: Similarity, intents: torch.Tensor, anchors: Anchors) -> BeamResult:
+        return beam_search(snap.graph, sim, intents, anchors.ids, self.start_scores(anchors), self.weights,
+                           self.cfg.beam, self.dtype)
 
     def _assemble(self, snap, questions, intents, windows, anchors, res: BeamResult, budget) -> list[Retrieval]:
         rows, causal = snap.rows, list(zip(*(t.tolist() for t in snap.causal_edges)))

@@ -22,9 +22,11 @@ class StoreSnapshot:
     num_events: int
     num_entities: int
     embeddings: torch.Tensor          # [num_events, d]
+    scan_embeddings: torch.Tensor     # [num_events, d] half-precision copy for the query path's scan
     timestamps: torch.Tensor          # [num_events] float64 epoch seconds
     date_spans: torch.Tensor          # [num_events, 2] mentioned-date span, NaN when none
     prev: torch.Tensor                # [num_events] temporal-chain predecessor, -1 at a stream's start
+    chain_dots: torch.Tensor          # [num_events, span] cosine with the 1st..span-th predecessor (0: none)
     next: torch.Tensor                # [num_events] successor; may point past num_events
     graph: GraphSnapshot
     rows: list[EventRow]              # the shared append-only list; read only [:num_events]
@@ -36,10 +38,10 @@ class StoreSnapshot:
 
 class MemoryStore:
     def __init__(self, dim: int, device: torch.device | str = "cpu", vector_backend: str = "auto",
-                 bm25_k1: float = 1.5, bm25_b: float = 0.75):
+                 bm25_k1: float = 1.5, bm25_b: float = 0.75, chain_span: int = 4, scan_dtype: str = "float16"):
         self.device = torch.device(device)
         self.dim = dim
-        self.events = EventTable(dim, device)
+        self.events = EventTable(dim, device, chain_span=chain_span, scan_dtype=getattr(torch, scan_dtype))
         self.entities = EntityTable(dim, device)
         self.graph = MultiGraph(device)
         self.vector_index = VectorIndex(dim, device, vector_backend)
@@ -66,8 +68,9 @@ class MemoryStore:
         with self.lock:
             n, m = len(self.events), len(self.entities)
             s, d, _ = self.graph.edges("causal")
-            return StoreSnapshot(n, m, self.events.embeddings.data, self.events.timestamps.data, self.events.date_spans.data,
-                                 self.events.prev.data, self.events.next.data,
+            return StoreSnapshot(n, m, self.events.embeddings.data, self.events.scan_embeddings.data,
+                                 self.events.timestamps.data, self.events.date_spans.data,
+                                 self.events.prev.data, self.events.chain_dots.data, self.events.next.data,
                                  self.graph.snapshot(n, m), self.events.rows, self.entities.names,
                                  self.vector_index, self.keyword_index, (s, d))
 

@@ -39,8 +39,14 @@ def _epoch(iso_date: str) -> float:
 class EventTable:
     """Event nodes: content, timestamp, embedding and attributes A (paper, Sec. 3)."""
 
-    def __init__(self, dim: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+    def __init__(self, dim: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                 chain_span: int = 4, scan_dtype: torch.dtype = torch.float16):
         self.embeddings = GrowableTensor((dim,), dtype, device)
+        # chain_dots[v, k-1] = e_v . e_{k-th chain predecessor of v} (0 past a stream's start), k <= chain_span:
+        # a temporal-context view's norm is then a few scalar reads (query/anchors.py window_norms)
+        self.chain_dots = GrowableTensor((chain_span,), dtype, device)
+        # half-precision copy: half the bytes for the query path's pre-filtering scan (query/similarity.py)
+        self.scan_embeddings = GrowableTensor((dim,), scan_dtype, device)
         self.timestamps = GrowableTensor((), torch.float64, device)
         # [start, end] epoch seconds of the dates the text mentions (NaN when none): the time signal
         self.date_spans = GrowableTensor((2,), torch.float64, device)
@@ -57,6 +63,7 @@ class EventTable:
     def append(self, rows: list[EventRow], embeddings: torch.Tensor) -> list[int]:
         start = len(self.rows)
         self.embeddings.extend(embeddings)
+        self.scan_embeddings.extend(embeddings)
         self.timestamps.extend(torch.tensor([r.timestamp for r in rows], dtype=torch.float64))
         self.date_spans.extend(torch.tensor([_span(r) for r in rows], dtype=torch.float64).reshape(-1, 2))
         self.rows.extend(rows)
@@ -74,7 +81,17 @@ class EventTable:
         # A reader's snapshot may now see a next pointer past its own end; queries mask those.
         dev = self.next.data.device
         self.next.data[prev_t[linked].to(dev)] = torch.tensor(ids)[linked].to(dev)
+        self.chain_dots.extend(self._chain_dots(torch.arange(start, start + len(rows), device=dev), prev_t.to(dev)))
         return ids
+
+    def _chain_dots(self, new: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        emb, prev = self.embeddings.data, self.prev.data
+        out = torch.zeros((new.numel(), self.chain_dots.data.shape[1]), dtype=emb.dtype, device=emb.device)
+        for k in range(out.shape[1]):
+            ok = (pred >= 0).nonzero().squeeze(1)
+            out[ok, k] = row_dots(emb, new[ok], emb, pred[ok], emb.dtype)
+            pred = torch.where(pred >= 0, prev[pred.clamp(min=0)], pred)
+        return out
 
     def preceding(self, event: int, window: int) -> list[int]:
         """Up to ``window`` earlier events of the same stream, oldest first."""
@@ -107,3 +124,15 @@ class EntityTable:
             self.surfaces.append(s)
             self.by_name[n] = start + offset
         return list(range(start, start + len(names)))
+
+
+def row_dots(a: torch.Tensor, a_idx: torch.Tensor, b: torch.Tensor, b_idx: torch.Tensor, dtype: torch.dtype,
+             chunk: int = 2048) -> torch.Tensor:
+    """a[a_idx[i]] . b[b_idx[i]] for every i. Chunks of a few thousand rows keep the gathered
+    temporaries in cache (on CPU, 2048 rows ran 8x faster than 65536); index_select, not
+    advanced indexing: several times faster for row gathers on CPU."""
+    out = torch.empty(a_idx.numel(), dtype=dtype, device=a.device)
+    for start in range(0, a_idx.numel(), chunk):
+        sl = slice(start, start + chunk)
+        out[sl] = torch.linalg.vecdot(a.index_select(0, a_idx[sl]).to(dtype), b.index_select(0, b_idx[sl]).to(dtype))
+    return out

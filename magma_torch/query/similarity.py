@@ -1,0 +1,100 @@
+"""cos(q, v) for a batch of questions, computed once per batch and read by every step of
+the query path: the dense ranking, the time ranking, the temporal-context views and the
+beam's transition scores.
+
+Embeddings are L2-normalised, so the inner product is the cosine. Two ways to the same
+exact values, chosen per batch (``SimilarityConfig``):
+
+- ``matrix``: the [B, N] product Q·Eᵀ in the score dtype. One streaming pass over the
+  embeddings serves the whole batch; every later lookup is an index into it. Wins once a
+  batch is large enough for the matmul to be compute-bound.
+- ``scan``: a product with the store's half-precision copy of the embeddings (half the
+  bytes of the pass that bounds a small batch) finds the top-k *candidates*; their exact
+  scores, and every other pair's, come from the fp32 rows themselves. Rounding both unit
+  vectors and the product to a format of unit roundoff u moves a cosine by at most
+  3u + u^2 < 2 eps = 4u, so every event of the exact top-k scores within 2 * 4u of the
+  k-th approximate score: that band is rescored exactly and the result equals the matrix
+  way's.
+
+FAISS's flat index is not used here: it returns top-k lists only, and the beam needs
+scores of arbitrary (question, event) pairs from the same pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from magma_torch.query.segment import lexsort, rank_in_group
+from magma_torch.store.tables import row_dots
+
+
+@dataclass(frozen=True)
+class SimilarityConfig:
+    matrix_min_batch: int = 16          # batches at least this large get the full [B, N] matrix, else the scan
+    matrix_max_bytes: int = 1 << 31     # larger batches are retrieved in passes whose matrix fits (Retriever.passes)
+
+
+class Similarity:
+    """Exact cosines of questions ``queries`` [B, d] with events ``embeddings`` [N, d]."""
+
+    def __init__(self, embeddings: torch.Tensor, scan_embeddings: torch.Tensor | None, queries: torch.Tensor,
+                 cfg: SimilarityConfig = SimilarityConfig(), dtype: torch.dtype = torch.float32):
+        self.embeddings, self.dtype = embeddings, dtype
+        self.queries = queries.to(dtype)
+        self.num_events, b_size = embeddings.shape[0], queries.shape[0]
+        use_matrix = scan_embeddings is None or b_size >= cfg.matrix_min_batch
+        self.matrix = self.queries @ embeddings.to(dtype).T if use_matrix else None
+        # scan: approximate [B, N] cosines and the bound on their error, see the module doc
+        self.approx = None if use_matrix else self.queries.to(scan_embeddings.dtype) @ scan_embeddings.T
+        self.error = None if use_matrix else 2 * torch.finfo(scan_embeddings.dtype).eps
+        self.mode = "matrix" if use_matrix else "scan"
+
+    @property
+    def batch_size(self) -> int:
+        return self.queries.shape[0]
+
+    def pairs(self, q_idx: torch.Tensor, nodes: torch.Tensor, floor: float | None = None) -> torch.Tensor:
+        """cos(queries[q_idx[i]], embeddings[nodes[i]]) for every i. With ``floor``, values
+        below it may be approximate (they are still below it): the scan then reads exact rows
+        only for pairs whose approximate cosine comes within its error bound of ``floor``."""
+        keys = q_idx * self.num_events + nodes
+        if self.matrix is not None:
+            return self.matrix.view(-1).index_select(0, keys)
+        if floor is None:
+            return self._exact(keys)
+        out = self.approx.view(-1).index_select(0, keys).to(self.dtype)
+        near = (out >= floor - self.error).nonzero().squeeze(1)
+        out[near] = self._exact(keys[near])
+        return out
+
+    def _exact(self, keys: torch.Tensor) -> torch.Tensor:
+        # Each distinct pair's row is read once: hubs repeat the same (question, event) pairs.
+        distinct, inverse = torch.unique(keys, return_inverse=True)
+        q, v = distinct // self.num_events, distinct % self.num_events
+        return row_dots(self.queries, q, self.embeddings, v, self.dtype)[inverse]
+
+    def top_k(self, k: int) -> torch.Tensor:
+        """[B, k] ids of each question's k most similar events, best first (ties: lower id),
+        -1 padded when there are fewer than k events."""
+        b_size, n = self.batch_size, self.num_events
+        k_eff = min(k, n)
+        out = torch.full((b_size, k), -1, dtype=torch.long, device=self.queries.device)
+        if k_eff == 0:
+            return out
+        if self.matrix is not None:
+            scores, ids = torch.topk(self.matrix, k_eff, dim=1)
+            ids, by_id = ids.sort(dim=1)                                   # ties: lower id ...
+            best = scores.gather(1, by_id).sort(dim=1, descending=True, stable=True).indices
+            out[:, :k_eff] = ids.gather(1, best)                           # ... after higher score
+            return out
+        kth = torch.topk(self.approx, k_eff, dim=1).values[:, -1:].to(self.dtype)
+        r, e = (self.approx.to(self.dtype) >= kth - 2 * self.error).nonzero(as_tuple=True)
+        exact = self._exact(r * n + e)
+        order = lexsort((r, False), (exact, True), (e, False))
+        r, e = r[order], e[order]
+        pos = rank_in_group(r)
+        keep = pos < k_eff
+        out[r[keep], pos[keep]] = e[keep]
+        return out
+

@@ -1,0 +1,67 @@
+"""query/similarity.py: the matrix and the half-precision scan give the same exact cosines and top-k."""
+import pytest
+import torch
+
+from magma_torch.query.similarity import Similarity, SimilarityConfig
+
+MATRIX, SCAN = SimilarityConfig(matrix_min_batch=1), SimilarityConfig(matrix_min_batch=10**9)
+
+
+def near_ties(n=3000, d=32, seed=0):
+    """Unit vectors in tight clusters: many cosines closer together than fp16 or bf16 can resolve."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(20, d, generator=g)
+    emb = centres[torch.randint(0, 20, (n,), generator=g)] + 1e-3 * torch.randn(n, d, generator=g)
+    emb[7] = emb[3]                                            # an exact tie: the lower id ranks first
+    q = torch.nn.functional.normalize(torch.cat([centres[:3], emb[3:4]]) + 1e-3, dim=1)
+    return torch.nn.functional.normalize(emb, dim=1), q
+
+
+def exact_top(emb, q, k):
+    scores = (q.double() @ emb.double().T).tolist()
+    return [sorted(range(len(row)), key=lambda v: (-row[v], v))[:k] for row in scores]
+
+
+@pytest.mark.parametrize("k", [1, 50, 700])
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_scan_and_matrix_give_the_exact_top_k(k, half):
+    emb, q = near_ties()
+    scan = Similarity(emb, emb.to(half), q, SCAN, torch.float64)
+    matrix = Similarity(emb, emb.to(half), q, MATRIX, torch.float64)
+    assert (scan.mode, matrix.mode) == ("scan", "matrix")
+    # half precision cannot tell these apart: the scan alone would get the order wrong
+    approx = (q.to(half) @ emb.to(half).T).float()
+    assert approx.topk(k).indices.tolist() != exact_top(emb, q, k) or k == 1
+    want = exact_top(emb, q, k)
+    assert scan.top_k(k).tolist() == want
+    assert matrix.top_k(k).tolist() == want
+
+
+def test_pairs_agree_and_short_lists_are_padded():
+    emb, q = near_ties(n=40)
+    qi, nodes = torch.tensor([0, 3, 3, 1]), torch.tensor([5, 3, 7, 39])
+    want = (q[qi].double() * emb[nodes].double()).sum(-1)
+    for cfg in (MATRIX, SCAN):
+        sim = Similarity(emb, emb.half(), q, cfg, torch.float64)
+        assert torch.allclose(sim.pairs(qi, nodes), want, atol=1e-12)
+        top = sim.top_k(45)
+        assert top[:, 40:].eq(-1).all() and top[3, :2].tolist() == [3, 7]   # tie at cos 1: lower id first
+
+
+def test_matrix_for_large_batches_or_without_a_half_precision_copy():
+    emb, q = near_ties(n=100)
+    assert Similarity(emb, emb.half(), q, SimilarityConfig(matrix_min_batch=4)).mode == "matrix"
+    assert Similarity(emb, emb.half(), q, SimilarityConfig(matrix_min_batch=5)).mode == "scan"
+    assert Similarity(emb, None, q, SCAN).mode == "matrix"
+
+
+def test_pairs_with_a_floor_are_exact_above_it():
+    emb, q = near_ties(n=400)
+    g = torch.Generator().manual_seed(1)
+    qi, nodes = torch.randint(0, 4, (3000,), generator=g), torch.randint(0, 400, (3000,), generator=g)
+    exact = Similarity(emb, None, q, MATRIX, torch.float64).pairs(qi, nodes)
+    floor = float(exact.median())                              # half the pairs either side
+    got = Similarity(emb, emb.half(), q, SCAN, torch.float64).pairs(qi, nodes, floor=floor)
+    above = exact >= floor
+    assert torch.allclose(got[above], exact[above], rtol=0, atol=1e-12)   # exact where a decision reads it
+    assert bool((got[~above] < floor).all())                   # approximate below, but still below
