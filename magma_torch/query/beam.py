@@ -53,6 +53,9 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
     b_size = sim.batch_size
     w = weights.to(device, dtype)
     lam_w = cfg.lambda1 * w
+    # A relation weighted 0 for the query's intent is removed, not merely down-weighted
+    # (exp(0) would still score it): this is how the ablation configs switch a graph off.
+    removed = (w == 0) if bool((w == 0).any()) else None
     valid = anchors >= 0
     a_q = torch.arange(b_size, device=device)[:, None].expand_as(anchors)[valid]
     a_n = anchors[valid]
@@ -84,9 +87,10 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         via = torch.cat([via, ent[seg2]])
         c_q = f_q[seg]
         cos = sim.pairs(c_q, nbr.clamp(max=n - 1), floor=cfg.drop_threshold).to(dtype)
-        # A relation weighted 0 for the query's intent is removed, not merely down-weighted
-        # (exp(0) would still score it): this is how the ablation configs switch a graph off.
-        ok = (cos >= cfg.drop_threshold) & (nbr < n) & (nbr != f_n[seg]) & (w[intents[c_q], rel] != 0)
+        # The parent itself (reached back through an entity) is caught by the visited test below.
+        ok = (cos >= cfg.drop_threshold) & (nbr < n)
+        if removed is not None:
+            ok &= ~removed[intents[c_q], rel]
         # Surviving rows are carried as indices into the candidate columns, read when needed.
         idx = ok.nonzero().squeeze(1)
         keys = c_q[idx] * n + nbr[idx]

@@ -55,11 +55,10 @@ def _gather_csr(rowptr, col, rel, rows):
 
 
 def _expand(start, deg, col, rel):
-    seg = torch.repeat_interleave(torch.arange(deg.numel(), device=deg.device), deg)
-    first = torch.cumsum(deg, 0) - deg
-    offset = torch.arange(seg.numel(), device=deg.device) - first[seg]
-    idx = start[seg] + offset
-    return seg, col[idx], rel[idx]
+    seg = torch.repeat_interleave(deg)                      # row i repeated deg[i] times
+    # entry j of row i sits at start[i] + j, where j = position - (entries before row i)
+    idx = (start - torch.cumsum(deg, 0) + deg)[seg] + torch.arange(seg.numel(), device=deg.device)
+    return seg, col.index_select(0, idx), rel.index_select(0, idx)
 
 
 class IncrementalCSR:
