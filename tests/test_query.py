@@ -8,6 +8,7 @@ import torch
 from magma_torch.query.anchors import (ContextConfig, chain_neighbours, context_candidates, context_scores, rrf_fuse,
                                        time_ranking, top_ids)
 from magma_torch.query.linearize import linearize
+from magma_torch.query.segment import lexsort, rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.tables import EventRow, EventTable
 from magma_torch.text import count_tokens
@@ -113,3 +114,15 @@ def test_empty_memory_retrieves_nothing():
     with MagmaMemory() as mem:
         r = mem.retrieve("What did Caroline do last weekend?")
     assert (r.nodes, r.anchors, r.paths, r.context_ids) == ([], [], [], [])
+
+
+@pytest.mark.parametrize("skewed", [False, True])
+def test_top_in_group_equals_the_flat_lexsort(skewed):
+    g = torch.Generator().manual_seed(4)
+    sizes = [0, 3, 7, 1, 12] + ([5000] if skewed else [])           # skewed: one huge group takes the flat sort
+    groups = torch.cat([torch.full((s,), i) for i, s in enumerate(sizes)])
+    score = torch.randint(0, 4, (groups.numel(),), generator=g).double()   # many exact ties: the row order decides
+    for k in (1, 4, 20):
+        order = lexsort((groups, False), (score, True))
+        want = order[rank_in_group(groups[order]) < k]
+        assert top_in_group(groups, score, k, len(sizes)).tolist() == want.tolist()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magma_torch.query.segment import lexsort, rank_in_group
+from magma_torch.query.segment import rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
 
 
@@ -43,11 +43,9 @@ def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: in
     fused = torch.zeros(keys.numel(), dtype=torch.float64, device=device).index_add_(0, inv, contrib)
     ranks = torch.zeros((keys.numel(), n_sig), dtype=torch.long, device=device)
     ranks[inv, sig] = rank
-    kq, kn = keys // num_nodes, keys % num_nodes
-    perm = lexsort((kq, False), (fused, True), (kn, False))
+    kq, kn = keys // num_nodes, keys % num_nodes    # keys are sorted: (query, node) order
+    perm = top_in_group(kq, fused, top, b_size)      # ties: lower node id
     pos = rank_in_group(kq[perm])
-    keep = pos < top
-    perm, pos = perm[keep], pos[keep]
     out_ids[kq[perm], pos] = kn[perm]
     out_scores[kq[perm], pos] = fused[perm]
     out_ranks[kq[perm], pos] = ranks[perm]
@@ -83,11 +81,9 @@ def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Te
     r, e = torch.cat(pair_row).to(device), torch.cat(pair_event).to(device)
     row_ids = torch.tensor(rows, device=device)
     cos = sim.pairs(row_ids[r], e)
-    perm = lexsort((r, False), (cos, True), (e, False))
+    perm = top_in_group(r, cos, top, len(rows))      # pairs are in (row, event) order: ties to the lower id
     r, e = r[perm], e[perm]
-    pos = rank_in_group(r)
-    keep = pos < top
-    out[row_ids[r[keep]], pos[keep]] = e[keep]
+    out[row_ids[r], rank_in_group(r)] = e
     return out
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magma_torch.query.segment import lexsort, rank_in_group
+from magma_torch.query.segment import lexsort, rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
@@ -110,9 +110,9 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         idx, score, r_q = idx[best], score[best], r_q[best]
         # Per-query top beam_width (bounded by the remaining budget); ties to the lower node id,
         # which is the order the (query, node) pairs are in already.
-        perm = lexsort((r_q, False), (score, True))
+        perm = top_in_group(r_q, score, cfg.beam_width, b_size)
         idx, score, r_q = idx[perm], score[perm], r_q[perm]
-        take = (rank_in_group(r_q) < torch.clamp(room[r_q], max=cfg.beam_width)).nonzero().squeeze(1)
+        take = (rank_in_group(r_q) < room[r_q]).nonzero().squeeze(1)
         idx, score, r_q = idx[take], score[take], r_q[take]
         node = nbr[idx]
         parts.append((r_q, node, score, f_n[seg[idx]], rel[idx], via[idx], torch.full_like(node, depth)))

@@ -30,3 +30,25 @@ def lexsort(*keys_desc_flags: tuple[torch.Tensor, bool]) -> torch.Tensor:
         step = torch.sort(k, descending=descending, stable=True).indices
         perm = step if perm is None else perm[step]
     return perm
+
+
+def top_in_group(sorted_groups: torch.Tensor, score: torch.Tensor, k: int, num_groups: int) -> torch.Tensor:
+    """Indices of each group's ``k`` highest scores, grouped in order and best first; ties
+    keep the rows' order. Same as ``lexsort((groups, False), (score, True))`` cut to k per
+    group, but the sort runs along the rows of a padded [groups, largest group] matrix:
+    many short sorts instead of one long one (several times faster on CPU). A batch whose
+    padding would outweigh its rows (one huge group) takes the flat sort instead."""
+    if score.numel() == 0:
+        return torch.zeros(0, dtype=torch.long, device=score.device)
+    pos = rank_in_group(sorted_groups)
+    width = int(pos.max()) + 1
+    if num_groups * width > 4 * score.numel() + 4096:
+        order = lexsort((sorted_groups, False), (score, True))
+        return order[rank_in_group(sorted_groups[order]) < k]
+    padded = torch.full((num_groups, width), -torch.inf, dtype=score.dtype, device=score.device)
+    padded[sorted_groups, pos] = score
+    col = torch.sort(padded, dim=1, descending=True, stable=True).indices[:, :k]
+    size = torch.bincount(sorted_groups, minlength=num_groups)
+    start = torch.cumsum(size, 0) - size
+    real = col < size[:, None]          # padding sorts after every real row of its group (stable)
+    return (start[:, None] + col)[real]

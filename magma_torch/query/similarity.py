@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magma_torch.query.segment import lexsort, rank_in_group
+from magma_torch.query.segment import rank_in_group, top_in_group
 from magma_torch.store.tables import row_dots
 
 
@@ -91,10 +91,8 @@ class Similarity:
         kth = torch.topk(self.approx, k_eff, dim=1).values[:, -1:].to(self.dtype)
         r, e = (self.approx.to(self.dtype) >= kth - 2 * self.error).nonzero(as_tuple=True)
         exact = self._exact(r * n + e)
-        order = lexsort((r, False), (exact, True), (e, False))
-        r, e = r[order], e[order]
-        pos = rank_in_group(r)
-        keep = pos < k_eff
-        out[r[keep], pos[keep]] = e[keep]
+        best = top_in_group(r, exact, k_eff, b_size)     # pairs are in (row, id) order: ties to the lower id
+        r, e = r[best], e[best]
+        out[r, rank_in_group(r)] = e
         return out
 
