@@ -61,7 +61,7 @@ class MagmaMemory:
         if self.path is not None:
             saved = self._open_folder()
             if saved is not None:
-                config = saved.state["config"] if config is None else config
+                config = saved_config(saved.state["config"]) if config is None else config
                 consolidation = saved.state["consolidation"] if consolidation is None else consolidation
         self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
         self.config = _as_config(config, "memory", "magma")
@@ -299,8 +299,8 @@ class MagmaMemory:
         worker as usual. Raises ``CorruptSaveError`` naming a missing or damaged file."""
         saved = persistence.read_save(path)
         s = saved.state
-        mem = cls(s["config"], s["consolidation"], namespace=s["namespace"], device=device, embedder=embedder,
-                  llm=llm)
+        mem = cls(saved_config(s["config"]), s["consolidation"], namespace=s["namespace"], device=device,
+                  embedder=embedder, llm=llm)
         try:
             mem._restore(saved)
         except BaseException:
@@ -336,6 +336,14 @@ def check_namespace(namespace: str) -> str:
         raise ValueError(f"namespace {namespace!r}: use 1-128 letters, digits, '.', '_' or '-', "
                          "starting with a letter or digit")
     return namespace
+
+
+def saved_config(config: Mapping) -> DictConfig:
+    """A memory config as a save recorded it, with settings added to the toolkit since then
+    (e.g. ``chain_span``, ``retrieval.similarity``) at their defaults."""
+    defaults = load_group("memory", "magma")
+    OmegaConf.set_struct(defaults, False)   # a key this version no longer has is kept, not refused
+    return OmegaConf.merge(defaults, config)
 
 
 def _check_same_ingest(saved: persistence.SavedStore, config: DictConfig) -> None:

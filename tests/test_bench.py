@@ -125,7 +125,8 @@ def test_magma_bench_writes_every_contract_key(tmp_path):
     assert record["events"] == 1000 and record["edges"] > 5000
     assert record["agreement_with_reference"] >= 0.9    # float32 scores: a near tie may swap (see above)
     assert record["gpu_peak_mb"] is None and record["peak_rss_mb"] > 0
-    assert record["bytes_per_event"] >= 0 and record["retrieval_qps"] > 0   # RSS deltas: page-granular at 10^3
+    # RSS deltas: page-granular and, at 10^3 events, at the allocator's mercy (they can go below 0)
+    assert math.isfinite(record["bytes_per_event"]) and record["retrieval_qps"] > 0
 
 
 def test_gpu_script_runs_without_faiss_hydra_or_text_stack(tmp_path):

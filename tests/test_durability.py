@@ -259,6 +259,16 @@ def test_check_reports_a_broken_store(embedder):
             mem.check()
 
 
+def test_check_reports_derived_columns_that_drifted_from_the_embeddings(embedder):
+    with MagmaMemory(config(), embedder=embedder) as mem:
+        mem.add_many(records()[:20])
+        mem.check()
+        mem.store.events.chain_dots.data[7, 0] += 0.5
+        mem.store.events.scan_embeddings.data[3] = 0
+        with pytest.raises(IntegrityError, match="(?s)scan_embeddings is not the torch.float16 copy.*chain_dots differ"):
+            mem.check()
+
+
 def test_kill9_while_ingesting_loses_no_acknowledged_event(embedder, tmp_path):
     """KILLS children (forked from one warm process) add events until kill -9 at a random moment;
     each next child and finally this process reopen the store and find every acknowledged event."""

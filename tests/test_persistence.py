@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.ingest.embedder import Embedder
+from magma_torch.memory import saved_config
 from magma_torch.store import persistence
 from magma_torch.store.persistence import CorruptSaveError
 from magma_torch.store.store import MemoryStore
@@ -246,3 +248,13 @@ def test_refuses_to_replace_a_foreign_folder(embedder, tmp_path):
     with new_memory(embedder) as mem, pytest.raises(FileExistsError, match="not a save folder"):
         mem.save(tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_a_config_saved_before_new_settings_gets_their_defaults():
+    old = OmegaConf.to_container(load_group("memory", "hybrid_rag"), resolve=True)
+    for key in ("chain_span", "scan_dtype"):
+        del old[key]
+    del old["retrieval"]["similarity"]
+    cfg = saved_config(old)
+    assert cfg.chain_span == 4 and cfg.scan_dtype == "float16" and cfg.retrieval.similarity.matrix_min_batch == 16
+    assert cfg.name == "hybrid_rag" and cfg.retrieval.anchor_k == 200          # the saved values win

@@ -10,7 +10,8 @@
   (``prev``/``next`` agree, timestamps never go backwards) and every event but a
   stream's first has exactly one;
 - causal: no self-loops, no duplicates, no cycle;
-- traversal views: the CSR snapshots hold exactly the edges of the edge tensors.
+- traversal views: the CSR snapshots hold exactly the edges of the edge tensors;
+- derived columns: the half-precision scan copy and the chain cosines match the embeddings.
 """
 from __future__ import annotations
 
@@ -32,14 +33,15 @@ def problems(store: MemoryStore) -> list[str]:
         out = _counts(store)
         if out:  # the checks below index columns by event id
             return out
-        return out + _edges(store) + _temporal(store) + _causal(store) + _views(store)
+        return out + _edges(store) + _temporal(store) + _causal(store) + _views(store) + _derived(store)
 
 
 def _counts(store: MemoryStore) -> list[str]:
     ev, en, n = store.events, store.entities, len(store.events)
     out = [f"events.{name} has {len(col)} rows for {n} events"
            for name, col in (("embeddings", ev.embeddings), ("timestamps", ev.timestamps),
-                             ("date_spans", ev.date_spans), ("prev", ev.prev), ("next", ev.next))
+                             ("date_spans", ev.date_spans), ("prev", ev.prev), ("next", ev.next),
+                           ("scan_embeddings", ev.scan_embeddings), ("chain_dots", ev.chain_dots))
            if len(col) != n]
     out += [f"{name} holds {size} events, the table {n}"
             for name, size in (("vector index", len(store.vector_index)), ("keyword index", len(store.keyword_index)))
@@ -120,3 +122,14 @@ def check(store: MemoryStore) -> None:
     if found:
         raise IntegrityError(f"{len(found)} integrity problem(s): " + "; ".join(found[:20])
                              + (" ..." if len(found) > 20 else ""))
+
+
+def _derived(store: MemoryStore) -> list[str]:
+    ev, out = store.events, []
+    scan = ev.scan_embeddings.data
+    if not torch.equal(scan, ev.embeddings.data.to(scan.dtype)):
+        out.append(f"events.scan_embeddings is not the {scan.dtype} copy of events.embeddings")
+    ids = torch.arange(len(ev), device=ev.prev.data.device)
+    if not torch.allclose(ev.chain_dots.data, ev.predecessor_cosines(ids, ev.prev.data), atol=1e-5):
+        out.append("events.chain_dots differ from the cosines of each event with its chain predecessors")
+    return out

@@ -81,15 +81,18 @@ class EventTable:
         # A reader's snapshot may now see a next pointer past its own end; queries mask those.
         dev = self.next.data.device
         self.next.data[prev_t[linked].to(dev)] = torch.tensor(ids)[linked].to(dev)
-        self.chain_dots.extend(self._chain_dots(torch.arange(start, start + len(rows), device=dev), prev_t.to(dev)))
+        new = torch.arange(start, start + len(rows), device=dev)
+        self.chain_dots.extend(self.predecessor_cosines(new, prev_t.to(dev)))
         return ids
 
-    def _chain_dots(self, new: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+    def predecessor_cosines(self, events: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        """[len(events), chain_span]: e_v . e_(k-th predecessor of v) for k = 1.., 0 past a stream's
+        start; ``pred`` holds each event's first predecessor (-1: none)."""
         emb, prev = self.embeddings.data, self.prev.data
-        out = torch.zeros((new.numel(), self.chain_dots.data.shape[1]), dtype=emb.dtype, device=emb.device)
+        out = torch.zeros((events.numel(), self.chain_dots.data.shape[1]), dtype=emb.dtype, device=emb.device)
         for k in range(out.shape[1]):
             ok = (pred >= 0).nonzero().squeeze(1)
-            out[ok, k] = row_dots(emb, new[ok], emb, pred[ok], emb.dtype)
+            out[ok, k] = row_dots(emb, events[ok], emb, pred[ok], emb.dtype)
             pred = torch.where(pred >= 0, prev[pred.clamp(min=0)], pred)
         return out
 
