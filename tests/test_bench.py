@@ -109,6 +109,9 @@ def test_bulk_ingest_rejects_bad_input_and_leaves_the_store_as_it_was():
         bulk.add_events(store, event_rows(mem, 0, 1), mem.embeddings[:1], tokens=[[]])
     with pytest.raises(IngestError, match=r"event embeddings: expected shape \(2, 384\)"):
         bulk.add_events(store, event_rows(mem, 0, 2), mem.embeddings[:1], tokens=[[]] * 2)
+    with pytest.raises(IngestError, match="event embeddings: row 1 has L2 norm 2; the store holds L2-normalised"):
+        bulk.add_events(store, event_rows(mem, 0, 2), mem.embeddings[:2] * torch.tensor([[1.0], [2.0]]),
+                        tokens=[[]] * 2)
     with pytest.raises(IngestError, match="entity 0 .* already taken"):
         bulk.add_entities(store, mem.entity_names[:1], mem.entity_embeddings[:1])
     assert (len(store), store.graph.counts(), len(store.entities)) == before

@@ -90,6 +90,12 @@ def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = No
 def _check_rows(what: str, embeddings: torch.Tensor, rows: int, dim: int) -> None:
     if embeddings.dim() != 2 or embeddings.shape != (rows, dim):
         raise IngestError(f"{what}: expected shape ({rows}, {dim}), got {tuple(embeddings.shape)}")
+    # inner products are read as cosines (and bound the float16 scan's error): unit rows only
+    norms = torch.linalg.vector_norm(embeddings.float(), dim=1)
+    bad = ((norms - 1).abs() > 1e-3).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise IngestError(f"{what}: row {i} has L2 norm {float(norms[i]):.4g}; the store holds L2-normalised vectors")
 
 
 def _check_ids(rel: str, end: str, ids: torch.Tensor, upper: int) -> None:

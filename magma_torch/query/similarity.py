@@ -10,11 +10,11 @@ exact values, chosen per batch (``SimilarityConfig``):
   batch is large enough for the matmul to be compute-bound.
 - ``scan``: a product with the store's half-precision copy of the embeddings (half the
   bytes of the pass that bounds a small batch) finds the top-k *candidates*; their exact
-  scores, and every other pair's, come from the fp32 rows themselves. Rounding both unit
-  vectors and the product to a format of unit roundoff u moves a cosine by at most
-  3u + u^2 < 2 eps = 4u, so every event of the exact top-k scores within 2 * 4u of the
-  k-th approximate score: that band is rescored exactly and the result equals the matrix
-  way's.
+  scores, and every other pair's, come from the fp32 rows themselves. Rounding both vectors
+  and the product to a format of unit roundoff u (accumulating in fp32) moves q.v by at most
+  (3u + u^2)|q||v| < 2 eps |q| = 4u |q| for unit events (the store holds unit rows), so
+  every event of the exact top-k scores within twice that of the k-th approximate score:
+  that band is rescored exactly and the result equals the matrix way's.
 
 FAISS's flat index is not used here: it returns top-k lists only, and the beam needs
 scores of arbitrary (question, event) pairs from the same pass.
@@ -47,7 +47,8 @@ class Similarity:
         self.matrix = self.queries @ embeddings.to(dtype).T if use_matrix else None
         # scan: approximate [B, N] cosines and the bound on their error, see the module doc
         self.approx = None if use_matrix else self.queries.to(scan_embeddings.dtype) @ scan_embeddings.T
-        self.error = None if use_matrix else 2 * torch.finfo(scan_embeddings.dtype).eps
+        self.error = None if use_matrix else 2 * torch.finfo(scan_embeddings.dtype).eps * torch.linalg.vector_norm(
+            self.queries, dim=1)
         self.mode = "matrix" if use_matrix else "scan"
 
     @property
@@ -64,7 +65,7 @@ class Similarity:
         if floor is None:
             return self._exact(keys)
         out = self.approx.view(-1).index_select(0, keys).to(self.dtype)
-        near = (out >= floor - self.error).nonzero().squeeze(1)
+        near = (out >= floor - self.error[q_idx]).nonzero().squeeze(1)
         out[near] = self._exact(keys[near])
         return out
 
@@ -75,7 +76,8 @@ class Similarity:
         return row_dots(self.queries, q, self.embeddings, v, self.dtype)[inverse]
 
     def top_k(self, k: int) -> torch.Tensor:
-        """[B, k] ids of each question's k most similar events, best first (ties: lower id),
+        """[B, k] ids of each question's k most similar events, best first (ties: lower id;
+        an exact tie across the k-th place is cut as torch.topk cuts it on the matrix way),
         -1 padded when there are fewer than k events."""
         b_size, n = self.batch_size, self.num_events
         k_eff = min(k, n)
@@ -89,7 +91,7 @@ class Similarity:
             out[:, :k_eff] = ids.gather(1, best)                           # ... after higher score
             return out
         kth = torch.topk(self.approx, k_eff, dim=1).values[:, -1:].to(self.dtype)
-        r, e = (self.approx.to(self.dtype) >= kth - 2 * self.error).nonzero(as_tuple=True)
+        r, e = (self.approx.to(self.dtype) >= kth - 2 * self.error[:, None]).nonzero(as_tuple=True)
         exact = self._exact(r * n + e)
         best = top_in_group(r, exact, k_eff, b_size)     # pairs are in (row, id) order: ties to the lower id
         r, e = r[best], e[best]
