@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from magma_torch.query.anchors import (ContextConfig, chain_neighbours, context_candidates, context_scores, rrf_fuse,
-                                       time_ranking, top_ids)
+                                       time_ranking)
 from magma_torch.query.linearize import linearize
-from magma_torch.query.segment import lexsort, rank_in_group, top_in_group
+from magma_torch.query.segment import lexsort, rank_in_group, top_ids, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.tables import EventRow, EventTable
 from magma_torch.text import count_tokens

@@ -294,8 +294,8 @@ class Bench:
             "memory_measured_as": "torch.cuda.memory_allocated deltas" if dev.type == "cuda" else "RSS deltas",
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "gpu_peak_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
-            "similarity_mode": {"batch": self.retriever.similarity(snap, q_all[:batch]).mode,
-                                "batch_1": self.retriever.similarity(snap, q_all[:1]).mode},
+            "similarity_mode": {"batch": self.retriever.similarity_mode(snap, batch),
+                                "batch_1": self.retriever.similarity_mode(snap, 1)},
             "vector_backend": snap.vector_index.backend,
             "machine": _machine(dev), "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
             "threads": torch.get_num_threads(),
@@ -324,13 +324,12 @@ def traffic_per_query(bench: Bench, batch: int) -> dict:
     via_entity = g.entity_event.degree(ents).sum() + ents.numel()
     candidates = int(adj + via_entity)
     b, n, d = q.shape[0], snap.num_events, snap.embeddings.shape[1]
-    per_pass = r.passes(snap, b)[0].stop
-    sim = r.similarity(snap, q[:per_pass])
-    score_bytes = (sim.matrix if sim.mode == "matrix" else sim.approx).element_size()
-    scan_bytes = (snap.embeddings if sim.mode == "matrix" else snap.scan_embeddings).element_size()
-    similarity = n * d * scan_bytes / min(per_pass, b) + 2 * n * score_bytes
+    per_pass, mode = min(r.passes(snap, b)[0].stop, b), r.similarity_mode(snap, b)
+    score_bytes = r.dtype.itemsize if mode == "matrix" else snap.scan_embeddings.element_size()
+    scan_bytes = snap.embeddings.element_size() if mode == "matrix" else snap.scan_embeddings.element_size()
+    similarity = n * d * scan_bytes / per_pass + 2 * n * score_bytes
     beam = candidates * (8 + 8 + 8 + score_bytes) / b
-    return {"batch": b, "similarity_mode": sim.mode, "candidates_per_query": candidates / b,
+    return {"batch": b, "similarity_mode": mode, "candidates_per_query": candidates / b,
             "similarity_bytes_per_query": similarity, "beam_bytes_per_query": beam,
             "bytes_per_query": similarity + beam}
 

@@ -15,8 +15,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from magma_torch.store.tables import row_dots
-from magma_torch.store.tables import EventRow
+from magma_torch.store.tables import EventRow, row_dots
 
 _CHUNK = 1 << 16   # rows per generation step: peak memory stays a few chunks, not [N, d] temporaries
 

@@ -139,7 +139,7 @@ def context_scores(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig, de
         rows = torch.arange(cand.shape[0], device=cand.device)[:, None].expand_as(members)
         cos = dense.pairs(rows.reshape(-1), members.clamp(min=0).reshape(-1)).view(members.shape).float()
         dot = (weights * cos).sum(0)
-        score = dot / window_norms(dense.embeddings, chain_dots, safe, prev, nxt, n, ctx)
+        score = dot / window_norms(dense.embeddings, chain_dots, cand, window, ctx.hops)
     else:
         score = torch.gather(keyword, 1, safe)
         for nb, w in window:
@@ -148,41 +148,31 @@ def context_scores(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig, de
     return torch.where(valid, score, torch.full_like(score, -math.inf))
 
 
-def window_norms(embeddings: torch.Tensor, chain_dots: torch.Tensor | None, ids: torch.Tensor, prev, nxt, n: int,
-                 ctx: ContextConfig) -> torch.Tensor:
-    """|e_v + sum_s w_s e_{chain neighbour s of v}| for event ids of any shape (>= 1e-12).
+def window_norms(embeddings: torch.Tensor, chain_dots: torch.Tensor | None, ids: torch.Tensor,
+                 window: list[tuple[torch.Tensor, float]], hops: int) -> torch.Tensor:
+    """|e_v + sum_s w_s e_{chain neighbour s of v}| for event ids of any shape (>= 1e-12);
+    ``window`` is ``chain_neighbours(ids, ...)``.
 
     The window is a run of the chain, x_-h .. x_h, so each pair's cosine e_{x_i} . e_{x_j}
     (i < j) is chain_dots[x_j, j-i-1] and the norm needs no embedding rows while the store
     keeps predecessor cosines up to distance 2h; otherwise the rows are gathered.
     """
-    side = chain_neighbours(ids, prev, nxt, n, ctx)
-    if chain_dots is not None and chain_dots.shape[1] >= 2 * ctx.hops:
-        h = ctx.hops
-        before, after = side[:h][::-1], side[h:]               # x_-h .. x_-1 and x_1 .. x_h
+    if chain_dots is not None and chain_dots.shape[1] >= 2 * hops:
+        before, after = window[:hops][::-1], window[hops:]     # x_-h .. x_-1 and x_1 .. x_h
         members = [nb for nb, _ in before] + [ids] + [nb for nb, _ in after]
         weights = [w * (nb >= 0) for nb, w in before] + [torch.ones_like(ids, dtype=chain_dots.dtype)] + [
             w * (nb >= 0) for nb, w in after]
         sq = sum(w * w for w in weights)
-        for j in range(1, 2 * h + 1):
+        for j in range(1, 2 * hops + 1):
             dots = chain_dots[members[j].clamp(min=0)]           # [*, span]: x_j with x_j-1, x_j-2, ...
             for i in range(j):
                 sq = sq + 2 * weights[i] * weights[j] * dots[..., j - i - 1]
         return sq.clamp(min=0).sqrt().clamp(min=1e-12)
-    # The norm depends on the event alone: computed once per distinct id of the batch.
-    distinct, inverse = torch.unique(ids, return_inverse=True)
-    acc = embeddings.index_select(0, distinct).float()
-    for nb, w in chain_neighbours(distinct, prev, nxt, n, ctx):
-        acc.addcmul_(embeddings.index_select(0, nb.clamp(min=0)).float(), (w * (nb >= 0)).unsqueeze(-1).to(acc.dtype))
-    return torch.linalg.vector_norm(acc, dim=-1).clamp(min=1e-12)[inverse]
 
+    def rows(v: torch.Tensor) -> torch.Tensor:
+        return embeddings.index_select(0, v.clamp(min=0).reshape(-1)).view(*v.shape, -1).float()
 
-def top_ids(cand: torch.Tensor, score: torch.Tensor, k: int) -> torch.Tensor:
-    """Ids of the k best finite scores per row (ties: lower id), -1 padded."""
-    k_eff = min(k, cand.shape[1])
-    perm = torch.sort(cand, dim=1, stable=True).indices
-    cand, score = torch.gather(cand, 1, perm), torch.gather(score, 1, perm)
-    vals, idx = torch.sort(score, dim=1, descending=True, stable=True)
-    ids = torch.gather(cand, 1, idx[:, :k_eff])
-    ids = torch.where(torch.isfinite(vals[:, :k_eff]), ids, torch.full_like(ids, -1))
-    return torch.cat([ids, torch.full((ids.shape[0], k - k_eff), -1, dtype=ids.dtype, device=ids.device)], 1)
+    acc = rows(ids)
+    for nb, w in window:
+        acc.addcmul_(rows(nb), (w * (nb >= 0)).unsqueeze(-1).to(acc.dtype))
+    return torch.linalg.vector_norm(acc, dim=-1).clamp(min=1e-12)

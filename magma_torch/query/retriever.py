@@ -18,10 +18,11 @@ import torch
 
 from magma_torch.ingest.embedder import Embedder
 from magma_torch.query.anchors import (Anchors, ContextConfig, context_candidates, context_scores, rrf_fuse,
-                                       time_ranking, top_ids)
+                                       time_ranking)
 from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.linearize import linearize, render_blocks
+from magma_torch.query.segment import top_ids
 from magma_torch.query.similarity import Similarity, SimilarityConfig
 from magma_torch.store.graph import RELATIONS
 from magma_torch.store.store import StoreSnapshot
@@ -162,9 +163,14 @@ class Retriever:
     def passes(self, snap: StoreSnapshot, num_questions: int) -> list[slice]:
         """Questions per pass of the steps below: each pass's [B, N] similarity matrix stays
         within ``similarity.matrix_max_bytes``."""
-        per_question = max(snap.num_events, 1) * torch.finfo(self.dtype).bits // 8
+        per_question = max(snap.num_events, 1) * self.dtype.itemsize
         size = max(1, self.cfg.similarity.matrix_max_bytes // per_question)
         return [slice(a, a + size) for a in range(0, num_questions, size)]
+
+    def similarity_mode(self, snap: StoreSnapshot, num_questions: int) -> str:
+        """"matrix" or "scan": how ``similarity`` scores a batch of this many questions (its first pass)."""
+        size = self.passes(snap, num_questions)[0].stop if num_questions else 0
+        return "matrix" if Similarity.uses_matrix(min(size, num_questions), True, self.cfg.similarity) else "scan"
 
     @torch.inference_mode()
     def similarity(self, snap: StoreSnapshot, q: torch.Tensor) -> Similarity:

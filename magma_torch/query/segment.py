@@ -52,3 +52,14 @@ def top_in_group(sorted_groups: torch.Tensor, score: torch.Tensor, k: int, num_g
     start = torch.cumsum(size, 0) - size
     real = col < size[:, None]          # padding sorts after every real row of its group (stable)
     return (start[:, None] + col)[real]
+
+
+def top_ids(cand: torch.Tensor, score: torch.Tensor, k: int) -> torch.Tensor:
+    """Ids of the k best finite scores per row (ties: lower id), -1 padded."""
+    k_eff = min(k, cand.shape[1])
+    perm = torch.sort(cand, dim=1, stable=True).indices
+    cand, score = torch.gather(cand, 1, perm), torch.gather(score, 1, perm)
+    vals, idx = torch.sort(score, dim=1, descending=True, stable=True)
+    ids = torch.gather(cand, 1, idx[:, :k_eff])
+    ids = torch.where(torch.isfinite(vals[:, :k_eff]), ids, torch.full_like(ids, -1))
+    return torch.cat([ids, torch.full((ids.shape[0], k - k_eff), -1, dtype=ids.dtype, device=ids.device)], 1)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from magma_torch.query.segment import rank_in_group, top_in_group
+from magma_torch.query.segment import rank_in_group, top_ids, top_in_group
 from magma_torch.store.tables import row_dots
 
 
@@ -43,13 +43,19 @@ class Similarity:
         self.embeddings, self.dtype = embeddings, dtype
         self.queries = queries.to(dtype)
         self.num_events, b_size = embeddings.shape[0], queries.shape[0]
-        use_matrix = scan_embeddings is None or b_size >= cfg.matrix_min_batch
+        use_matrix = self.uses_matrix(b_size, scan_embeddings is not None, cfg)
         self.matrix = self.queries @ embeddings.to(dtype).T if use_matrix else None
         # scan: approximate [B, N] cosines and the bound on their error, see the module doc
         self.approx = None if use_matrix else self.queries.to(scan_embeddings.dtype) @ scan_embeddings.T
         self.error = None if use_matrix else 2 * torch.finfo(scan_embeddings.dtype).eps * torch.linalg.vector_norm(
             self.queries, dim=1)
         self.mode = "matrix" if use_matrix else "scan"
+
+    @staticmethod
+    def uses_matrix(batch_size: int, has_scan_copy: bool, cfg: SimilarityConfig) -> bool:
+        """Which way a batch goes: the matrix from ``matrix_min_batch`` questions (or without a
+        half-precision copy to scan), else the scan."""
+        return not has_scan_copy or batch_size >= cfg.matrix_min_batch
 
     @property
     def batch_size(self) -> int:
@@ -86,10 +92,7 @@ class Similarity:
             return out
         if self.matrix is not None:
             scores, ids = torch.topk(self.matrix, k_eff, dim=1)
-            ids, by_id = ids.sort(dim=1)                                   # ties: lower id ...
-            best = scores.gather(1, by_id).sort(dim=1, descending=True, stable=True).indices
-            out[:, :k_eff] = ids.gather(1, best)                           # ... after higher score
-            return out
+            return top_ids(ids, scores, k)                                 # ties: lower id
         kth = torch.topk(self.approx, k_eff, dim=1).values[:, -1:].to(self.dtype)
         r, e = (self.approx.to(self.dtype) >= kth - 2 * self.error[:, None]).nonzero(as_tuple=True)
         exact = self._exact(r * n + e)
