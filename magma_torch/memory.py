@@ -17,6 +17,7 @@ from magma_torch.config import load_group
 from magma_torch.eval.prompts import answer_prompt
 from magma_torch.ingest import fast_path
 from magma_torch.ingest.embedder import Embedder, resolve_device
+from magma_torch.ingest.episodes import assign_episodes
 from magma_torch.ingest.temporal import parse_timestamp
 from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.base import LLM
@@ -309,7 +310,11 @@ class MagmaMemory:
         return mem
 
     def _restore(self, saved: persistence.SavedStore) -> None:
-        persistence.load_store(saved, self.store, partial(fast_path.embed_text, cfg=self.fast_cfg))
+        tokens = persistence.load_store(saved, self.store, partial(fast_path.embed_text, cfg=self.fast_cfg))
+        if len(self.store) and not len(self.store.episodes):  # a save from before episodes
+            with self.store.lock:
+                assign_episodes(self.store, range(len(self.store)), self.store.events.embeddings.data,
+                                self.fast_cfg.episodes, tokens)
         if self.consolidator is not None:
             self.consolidator.load_state_dict(saved.state["consolidator"])
         # Last: a background worker starts on the queue as soon as it has one.

@@ -11,35 +11,44 @@ from magma_torch.testing import onlyCUDA
 INTENTS = ("WHY", "WHEN", "ENTITY")
 
 
+def num_episodes(n):
+    return max(n // 8, 1)
+
+
 def random_graph(seed, n, m_entities, edges_per_rel, hub=False, isolated=0):
+    """Random edges of every relation; each live event is in one of num_episodes(n) episodes."""
     g = torch.Generator().manual_seed(seed)
     graph = MultiGraph()
     pairs = {}
     live = n - isolated  # the last `isolated` events get no edges at all
+    m_ep = num_episodes(n)
     for rel in RELATIONS:
         if live == 0:
             pairs[rel] = []
             continue
-        hi = m_entities if rel == "entity" else live
-        src = torch.randint(0, live, (edges_per_rel,), generator=g)
+        hi = {"entity": m_entities, "episode": m_ep, "episode_chain": m_ep}.get(rel, live)
+        src = torch.randint(0, m_ep if rel == "episode_chain" else live, (edges_per_rel,), generator=g)
         dst = torch.randint(0, hi, (edges_per_rel,), generator=g)
+        if rel == "episode":
+            src = torch.arange(live)
+            dst = torch.randint(0, m_ep, (live,), generator=g)
         if hub and rel == "semantic":
             src[: edges_per_rel // 2] = 0  # one node of very high degree
-        if rel != "entity":
+        if rel not in ("entity", "episode"):
             keep = src != dst
             src, dst = src[keep], dst[keep]
         half = src.numel() // 2
         graph.add_edges(rel, src[:half], dst[:half])
-        graph.snapshot(n, m_entities)  # later edges then land in the CSR delta: both parts are walked
+        graph.snapshot(n, m_entities, m_ep)  # later edges then land in the CSR delta: both parts are walked
         graph.add_edges(rel, src[half:], dst[half:])
         pairs[rel] = list(zip(src.tolist(), dst.tolist()))
     emb = torch.nn.functional.normalize(torch.randn(n, 16, generator=g), dim=1)
     return graph, pairs, emb
 
 
-WEIGHTS = {"WHY": {"temporal": 1.0, "semantic": 1.5, "causal": 4.0, "entity": 2.5},
-           "WHEN": {"temporal": 4.0, "semantic": 1.0, "causal": 1.5, "entity": 2.0},
-           "ENTITY": {"temporal": 1.0, "semantic": 2.0, "causal": 1.0, "entity": 5.0}}
+WEIGHTS = {"WHY": {"temporal": 1.0, "semantic": 1.5, "causal": 4.0, "entity": 2.5, "episode": 0.5},
+           "WHEN": {"temporal": 4.0, "semantic": 1.0, "causal": 1.5, "entity": 2.0, "episode": 1.5},
+           "ENTITY": {"temporal": 1.0, "semantic": 2.0, "causal": 1.0, "entity": 5.0, "episode": 1.0}}
 
 
 def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS, result=None, scan=False):
@@ -52,7 +61,7 @@ def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS,
     # scan: cosines from gathered rows; else from the batch's [B, N] matrix (query/similarity.py)
     sim = Similarity(emb, emb.half(), queries, SimilarityConfig(matrix_min_batch=batch + 1 if scan else 1),
                      dtype=torch.float64)
-    res = beam_search(graph.snapshot(n, m), sim, intents, anchors, anchor_scores, relation_weights(weights, INTENTS),
+    res = beam_search(graph.snapshot(n, m, num_episodes(n)), sim, intents, anchors, anchor_scores, relation_weights(weights, INTENTS),
                       cfg, dtype=torch.float64)
     adj, ent = adjacency_lists(pairs)
     emb_l, out = emb.tolist(), []
@@ -104,34 +113,36 @@ def test_cuda_search_equals_cpu_search():
     intents = torch.randint(0, 3, (32,), generator=g)
     anchors = torch.stack([torch.randperm(400, generator=g)[:5] for _ in range(32)])
     scores = torch.rand(32, 5, generator=g, dtype=torch.float64)
-    w = torch.rand(3, 4, generator=g) * 4
-    cpu = beam_search(graph.snapshot(400, 20), Similarity(emb, None, q, dtype=torch.float64), intents, anchors, scores, w,
+    w = torch.rand(3, len(REL_ID), generator=g) * 4
+    cpu = beam_search(graph.snapshot(400, 20, num_episodes(400)), Similarity(emb, None, q, dtype=torch.float64), intents, anchors, scores, w,
                       cfg, torch.float64)
     gpu_graph = MultiGraph("cuda")
     for rel in RELATIONS:
         s, d, wt = graph.edges(rel)
         gpu_graph.add_edges(rel, s.cuda(), d.cuda(), wt.cuda())
-    gpu = beam_search(gpu_graph.snapshot(400, 20), Similarity(emb.cuda(), None, q.cuda(), dtype=torch.float64),
+    gpu = beam_search(gpu_graph.snapshot(400, 20, num_episodes(400)), Similarity(emb.cuda(), None, q.cuda(), dtype=torch.float64),
                       intents.cuda(), anchors.cuda(),
                       scores.cuda(), w.cuda(), cfg, torch.float64)
     as_set = lambda r: set(zip(r.query.tolist(), r.node.tolist()))  # noqa: E731
     assert as_set(cpu) == as_set(gpu)
 
 
-@pytest.mark.parametrize("removed", ["temporal", "semantic", "causal", "entity"])
+@pytest.mark.parametrize("removed", list(REL_ID))
 def test_zero_weight_removes_relation(removed):
     """The ablations set a relation's weight to 0: the search must never step along it
     (exp(0) = 1 would still score it), and the reference must agree."""
     cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40,
                      drop_threshold=-0.2)
     graph, pairs, emb = random_graph(0, 200, 10, 300, False, 0)
-    uniform = {i: {r: 2.0 for r in RELATIONS} for i in INTENTS}
+    uniform = {i: {r: 2.0 for r in REL_ID} for i in INTENTS}
     ablated = {i: {**row, removed: 0.0} for i, row in uniform.items()}
     res = []
     for got, ref in run_both(graph, pairs, emb, 200, 10, cfg, 0, weights=ablated, result=res):
         assert set(got) == set(ref)
     assert REL_ID[removed] not in res[0].relation.tolist()
-    # with the weight restored the same search does step along that relation
+    # with the weight restored (above the others: an entity hop counts by the entity's specificity)
+    # the same search does step along that relation
     res = []
-    run_both(graph, pairs, emb, 200, 10, cfg, 0, weights=uniform, result=res)
+    run_both(graph, pairs, emb, 200, 10, cfg, 0, weights={i: {**row, removed: 6.0} for i, row in uniform.items()},
+             result=res)
     assert REL_ID[removed] in res[0].relation.tolist()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from magma_torch.store.csr import IncrementalCSR
-from magma_torch.store.graph import EDGE_TYPES, RELATIONS, REVERSE_ENTITY, MultiGraph
+from magma_torch.store.graph import EDGE_TYPES, RELATIONS, REVERSE_ENTITY, REVERSE_EPISODE, MultiGraph
 from magma_torch.store.growable import GrowableTensor
 from magma_torch.store.keyword_index import KeywordIndex
 from magma_torch.store.vector_index import VectorIndex, _import_faiss
@@ -147,16 +147,18 @@ def _graph():
     g.add_edges("semantic", torch.tensor([3, 2]), torch.tensor([0, 0]), torch.tensor([0.9, 0.5]))
     g.add_edges("causal", torch.tensor([0, 1]), torch.tensor([1, 3]), torch.tensor([0.8, 0.6]))
     g.add_edges("entity", torch.tensor([0, 1, 3, 3]), torch.tensor([0, 0, 1, 0]))
+    g.add_edges("episode", torch.tensor([0, 1, 2, 3]), torch.tensor([0, 0, 1, 1]))
+    g.add_edges("episode_chain", torch.tensor([0]), torch.tensor([1]))
     return g
 
 
-def test_hetero_data_exposes_four_relations_and_reverse_entity():
-    """to_hetero_data: 4 relations + reverse mentions with consistent shapes and values."""
+def test_hetero_data_exposes_every_relation_and_the_reverse_hops():
+    """to_hetero_data: the six relations + reverse mentions and memberships, consistent shapes and values."""
     g = _graph()
-    data = g.to_hetero_data(4, 2)
-    assert set(data.edge_types) == set(EDGE_TYPES.values()) | {REVERSE_ENTITY}
-    assert data["event"].num_nodes == 4 and data["entity"].num_nodes == 2
-    sizes = {"temporal": 3, "semantic": 2, "causal": 2, "entity": 4}
+    data = g.to_hetero_data(4, 2, 2)
+    assert set(data.edge_types) == set(EDGE_TYPES.values()) | {REVERSE_ENTITY, REVERSE_EPISODE}
+    assert data["event"].num_nodes == 4 and data["entity"].num_nodes == 2 and data["episode"].num_nodes == 2
+    sizes = {"temporal": 3, "semantic": 2, "causal": 2, "entity": 4, "episode": 4, "episode_chain": 1}
     for rel, et in EDGE_TYPES.items():
         assert data[et].edge_index.shape == (2, sizes[rel])
         assert data[et].edge_index.dtype == torch.long
@@ -164,6 +166,7 @@ def test_hetero_data_exposes_four_relations_and_reverse_entity():
     assert data[EDGE_TYPES["semantic"]].edge_weight.tolist() == pytest.approx([0.9, 0.5])
     fwd = data[EDGE_TYPES["entity"]].edge_index
     assert torch.equal(data[REVERSE_ENTITY].edge_index, fwd.flip(0))
+    assert torch.equal(data[REVERSE_EPISODE].edge_index, data[EDGE_TYPES["episode"]].edge_index.flip(0))
     assert data[EDGE_TYPES["causal"]].edge_index.tolist() == [[0, 1], [1, 3]]
     data.validate(raise_on_error=True)
     assert g.counts() == sizes
@@ -172,7 +175,7 @@ def test_hetero_data_exposes_four_relations_and_reverse_entity():
 def test_graph_snapshot_holds_both_directions_and_entity_views():
     """Event adjacency is walkable both ways; entity views map events <-> entities."""
     g = _graph()
-    snap = g.snapshot(4, 2)
+    snap = g.snapshot(4, 2, 2)
     seg, col, rel = snap.event_adj.gather(torch.tensor([3]))
     got = Counter(zip(col.tolist(), [RELATIONS[r] for r in rel.tolist()]))
     assert got == Counter({(2, "temporal"): 1, (0, "semantic"): 1, (1, "causal"): 1})

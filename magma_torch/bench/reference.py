@@ -42,18 +42,28 @@ class RowLists:
     def __getitem__(self, v: int) -> list[float]:
         return self.embeddings[v].tolist()
 
+    def __len__(self) -> int:
+        return self.embeddings.shape[0]
 
-def reference_graph(graph: MultiGraph) -> tuple[SortedAdjacency, tuple[SortedAdjacency, SortedAdjacency]]:
+
+def reference_graph(graph: MultiGraph) -> tuple[SortedAdjacency, dict[str, tuple[SortedAdjacency, SortedAdjacency]]]:
     """What ``query.reference.adjacency_lists`` builds, as lazy lookups: undirected
-    event-event lists with relation names, and event->entity / entity->event lists."""
+    event-event lists with relation names, and event->node / node->event lists of the
+    entity and episode hops."""
     src, dst, rel = [], [], []
     for r, name in enumerate(RELATIONS):
-        if name == "entity":
+        if name in HUBS or name == "episode_chain":
             continue
         s, d, _ = (t.cpu().numpy() for t in graph.edges(name))
         src += [s, d]
         dst += [d, s]
         rel += [np.full(2 * s.size, r)]
     event_adj = SortedAdjacency(np.concatenate(src), np.concatenate(dst), list(RELATIONS), np.concatenate(rel))
-    e_src, e_dst, _ = (t.cpu().numpy() for t in graph.edges("entity"))
-    return event_adj, (SortedAdjacency(e_src, e_dst), SortedAdjacency(e_dst, e_src))
+    hubs = {}
+    for name in HUBS:
+        e_src, e_dst, _ = (t.cpu().numpy() for t in graph.edges(name))
+        hubs[name] = (SortedAdjacency(e_src, e_dst), SortedAdjacency(e_dst, e_src))
+    return event_adj, hubs
+
+
+HUBS = ("entity", "episode")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from magma_torch.ingest.episodes import EpisodeConfig, assign_episodes
 from magma_torch.ingest.fast_path import IngestError, link_temporal
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
@@ -32,10 +33,11 @@ def add_entities(store: MemoryStore, names: list[str], embeddings: torch.Tensor,
 
 
 def add_events(store: MemoryStore, rows: list[EventRow], embeddings: torch.Tensor,
-               tokens: list[list[str]] | None = None) -> range:
-    """Append events (time order within each stream) with their embeddings [len(rows), dim]
-    and their temporal-chain edges. ``tokens`` are the keyword-index terms of each event;
-    None tokenises the texts. Returns the new ids."""
+               tokens: list[list[str]] | None = None, episodes: EpisodeConfig = EpisodeConfig()) -> range:
+    """Append events (time order within each stream) with their embeddings [len(rows), dim],
+    their temporal-chain edges and their episodes (segmented as the fast path does).
+    ``tokens`` are the keyword-index terms of each event; None tokenises the texts.
+    Returns the new ids."""
     _check_rows("event embeddings", embeddings, len(rows), store.dim)
     if tokens is not None and len(tokens) != len(rows):
         raise IngestError(f"tokens has {len(tokens)} entries for {len(rows)} events")
@@ -54,9 +56,11 @@ def add_events(store: MemoryStore, rows: list[EventRow], embeddings: torch.Tenso
         if tokens is None:
             tokens = store.keyword_index.tokenize([r.text for r in rows])
         with store.lock:
-            ids = store.append_events(rows, embeddings.to(store.device, store.events.embeddings.data.dtype), tokens)
+            embeddings = embeddings.to(store.device, store.events.embeddings.data.dtype)
+            ids = store.append_events(rows, embeddings, tokens)
             if ids:
                 link_temporal(store, ids)
+                assign_episodes(store, ids, embeddings, episodes, tokens)
     return range(ids[0], ids[-1] + 1) if ids else range(len(store), len(store))
 
 

@@ -1,4 +1,4 @@
-"""The fast path: validate, embed, link (temporal + semantic), index, enqueue.
+"""The fast path: validate, embed, link (temporal + semantic), segment episodes, index, enqueue.
 
 It never calls an LLM. A batch is validated completely before anything is written, so
 bad input raises with the offending record named and leaves the store as it was.
@@ -9,13 +9,14 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 import numpy as np
 import torch
 
 from magma_torch.ingest.embedder import Embedder
+from magma_torch.ingest.episodes import EpisodeConfig, assign_episodes
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
 
@@ -35,6 +36,11 @@ class FastPathConfig:
     theta_sim: float = 0.3        # cosine threshold for a semantic edge
     embed_speaker: bool = True    # embed "speaker: text" so who said it is part of the content
     default_stream: str = "default"
+    episodes: EpisodeConfig = field(default_factory=EpisodeConfig)
+
+    def __post_init__(self):
+        if isinstance(self.episodes, Mapping):
+            object.__setattr__(self, "episodes", EpisodeConfig(**self.episodes))
 
 
 def _record_name(i: int, rec: Mapping) -> str:
@@ -177,6 +183,7 @@ def apply(batch: PreparedBatch, store: MemoryStore, cfg: FastPathConfig) -> list
     with store.lock:
         ids = store.append_events(batch.rows, batch.embeddings, tokens)
         _link(store, ids, batch.embeddings, cfg)
+        assign_episodes(store, ids, batch.embeddings, cfg.episodes, tokens)
     return ids
 
 

@@ -88,6 +88,37 @@ def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Te
 
 
 @dataclass(frozen=True)
+class EpisodeSignalConfig:
+    """The episode ranking: events of the ``top`` episodes most similar to the question, each
+    scored cos(q, event) + ``weight`` * cos(q, its episode)."""
+
+    top: int = 3
+    weight: float = 1.0
+
+
+def episode_ranking(episode_embeddings: torch.Tensor, episode_event, sim: Similarity, n: int,
+                    cfg: EpisodeSignalConfig, top: int) -> torch.Tensor:
+    """[B, top] event ids (-1 padded) ranked by the episode signal; ``episode_event`` is the
+    graph's episode -> event view."""
+    b_size, device = sim.batch_size, sim.queries.device
+    out = torch.full((b_size, top), -1, dtype=torch.long, device=device)
+    if episode_embeddings.shape[0] == 0 or top == 0:
+        return out
+    ep_cos = sim.queries.float() @ episode_embeddings.T.float()                  # [B, P]
+    e = min(cfg.top, ep_cos.shape[1])
+    best_cos, best = torch.topk(ep_cos, e, dim=1)
+    seg, event, _ = episode_event.gather(best.reshape(-1))
+    keep = (event < n).nonzero().squeeze(1)
+    seg, event = seg[keep], event[keep]
+    row = seg // e
+    score = sim.pairs(row, event).double() + cfg.weight * best_cos.reshape(-1)[seg].double()
+    perm = top_in_group(row, score, top, b_size)
+    row, event = row[perm], event[perm]
+    out[row, rank_in_group(row)] = event
+    return out
+
+
+@dataclass(frozen=True)
 class ContextConfig:
     """The temporal-context view of an event: the event plus its chain neighbours within
     ``hops``, the neighbour at hop s weighted ``weight * decay**(s-1)``."""

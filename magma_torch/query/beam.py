@@ -4,6 +4,12 @@ All queries of a batch expand together: frontier neighbourhoods come from CSR ga
 visited sets are sorted ``query * N + node`` keys (membership by ``searchsorted``, so no
 dense [B, N] mask), and per-query top-k is a segmented sort. The only Python loop is
 over depth.
+
+A transition is s_uv = exp(lambda1 * w[T_q, r] * spec + lambda2 * cos(v, q)). Direct edges
+and episode hops (event -> its episode -> the episode's other events) have spec = 1; an
+entity hop has the entity's specificity, log(N / df) / log(N) for an entity mentioned by
+df of the N events, so a hop through a rare entity counts more than one through a common
+word, and an entity every event mentions carries nothing.
 """
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ import torch
 
 from magma_torch.query.segment import lexsort, rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
+import math
+
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 
@@ -36,7 +44,7 @@ class BeamResult:
     score: torch.Tensor
     parent: torch.Tensor
     relation: torch.Tensor
-    via: torch.Tensor             # entity node an entity hop went through, else -1
+    via: torch.Tensor             # entity or episode node a hop went through, else -1
     depth: torch.Tensor
 
 
@@ -76,15 +84,19 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         f_q, f_n, f_s = f_q[live], f_n[live], f_s[live]
         if f_n.numel() == 0:
             break
-        # Candidates: one row per (frontier row, neighbour), direct and through entity nodes.
+        # Candidates: one row per (frontier row, neighbour): direct, through entity nodes and
+        # through the frontier event's episode.
         seg, nbr, rel = graph.event_adj.gather(f_n)
-        via = torch.full_like(nbr, -1)
+        spec = torch.ones_like(nbr, dtype=dtype)
         seg1, ent, _ = graph.event_entity.gather(f_n)
         seg2, nbr2, rel2 = graph.entity_event.gather(ent)
-        seg = torch.cat([seg, seg1[seg2]])
-        nbr = torch.cat([nbr, nbr2])
-        rel = torch.cat([rel, rel2])
-        via = torch.cat([via, ent[seg2]])
+        seg3, epi, _ = graph.event_episode.gather(f_n)
+        seg4, nbr4, rel4 = graph.episode_event.gather(epi)
+        via = torch.cat([torch.full_like(nbr, -1), ent[seg2], epi[seg4]])
+        spec = torch.cat([spec, entity_specificity(graph, ent, n, dtype)[seg2], torch.ones_like(nbr4, dtype=dtype)])
+        seg = torch.cat([seg, seg1[seg2], seg3[seg4]])
+        nbr = torch.cat([nbr, nbr2, nbr4])
+        rel = torch.cat([rel, rel2, rel4])
         c_q = f_q[seg]
         cos = sim.pairs(c_q, nbr.clamp(max=n - 1), floor=cfg.drop_threshold).to(dtype)
         # The parent itself (reached back through an entity) is caught by the visited test below.
@@ -101,7 +113,7 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         if idx.numel() == 0:
             break
         r_seg, r_rel, r_q = seg[idx], rel[idx], c_q[idx]
-        score = cfg.gamma * f_s[r_seg] + torch.exp(lam_w[intents[r_q], r_rel] + cfg.lambda2 * cos[idx])
+        score = cfg.gamma * f_s[r_seg] + torch.exp(lam_w[intents[r_q], r_rel] * spec[idx] + cfg.lambda2 * cos[idx])
         # Best incoming transition per (query, node): highest score, then lowest parent, then
         # relation, then the first candidate; segmented reductions instead of a 4-key sort.
         # Hubs (a speaker's entity node) reach the same node from many parents.
@@ -120,6 +132,15 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         count = count + torch.bincount(r_q, minlength=b_size)
         f_q, f_n, f_s = r_q, node, score
     return BeamResult(*(torch.cat(col) for col in zip(*parts)))
+
+
+def entity_specificity(graph: GraphSnapshot, entities: torch.Tensor, num_events: int,
+                       dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """log(N / df) / log(N) of each entity, df = the events (of the N in the snapshot) that mention it."""
+    df = graph.entity_event.degree(entities).clamp(min=1).to(torch.float64)
+    if num_events < 2:
+        return torch.ones_like(df, dtype=dtype)
+    return (torch.log(num_events / df) / math.log(num_events)).clamp(0, 1).to(dtype)
 
 
 def _segment_argbest(segment: torch.Tensor, num_segments: int, score: torch.Tensor,

@@ -2,8 +2,14 @@
 
 Which events fit is decided by salience (most salient first, until the token budget);
 the order they are shown in follows the intent: WHEN chronological, WHY causes before
-effects, otherwise salience. Runs of retrieved events that did not fit are collapsed to
-a brevity code so the reader still sees that something happened in between.
+effects, otherwise salience. Events are shown under the episode they belong to: one dated
+header per episode, then its events in time order (WHY: causes first), each with its
+reference id and speaker, and its own time only where it differs from the episode's
+start. Runs of retrieved events that did not fit are collapsed to a brevity code so the
+reader still sees that something happened in between.
+
+A block's ``tokens`` include its episode's header when it is the most salient event of
+that episode: summed in salience order, they are the context's size, brevity codes aside.
 """
 from __future__ import annotations
 
@@ -21,22 +27,40 @@ class Block:
     event: int
     text: str
     tokens: int
+    episode: int = -1                  # -1: shown on its own, fully dated
 
 
 def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def render_block(event: int, row: EventRow) -> str:
-    """One event as the reader sees it: time, reference id, speaker, text, resolved dates."""
+def render_block(event: int, row: EventRow, episode_start: float | None = None) -> str:
+    """One event as the reader sees it: time (unless it is its episode's start time),
+    reference id, speaker, text, resolved dates."""
     ref = row.source_id or f"E{event}"
     who = f"{row.speaker}: " if row.speaker else ""
     dates = "; ".join(f"{d['expression']} = {d['label']}" for d in row.dates)
-    return f"[{format_time(row.timestamp)}] ({ref}) {who}{row.text}" + (f" (dates: {dates})" if dates else "")
+    when = "" if episode_start == row.timestamp else f"[{format_time(row.timestamp)}] "
+    return f"{when}({ref}) {who}{row.text}" + (f" (dates: {dates})" if dates else "")
 
 
-def render_blocks(events: list[int], rows: list[EventRow]) -> list[Block]:
-    return [Block(e, text, count_tokens(text)) for e in events for text in [render_block(e, rows[e])]]
+def episode_header(start: float) -> str:
+    return f"## {format_time(start)}"
+
+
+def render_blocks(events: list[int], rows: list[EventRow], episodes: list[int] | None = None,
+                  starts: dict[int, float] | None = None) -> list[Block]:
+    """Blocks of ``events`` in salience order; with ``episodes`` (each event's episode) and
+    ``starts`` (each episode's start time) the first block of an episode carries its header's tokens."""
+    if episodes is None:
+        return [Block(e, text, count_tokens(text)) for e in events for text in [render_block(e, rows[e])]]
+    out, headed = [], set()
+    for e, ep in zip(events, episodes):
+        text = render_block(e, rows[e], starts[ep])
+        extra = 0 if ep in headed else count_tokens(episode_header(starts[ep]))
+        headed.add(ep)
+        out.append(Block(e, text, count_tokens(text) + extra, ep))
+    return out
 
 
 def select_within_budget(blocks: list[Block], budget_tokens: int | None) -> list[Block]:
@@ -52,8 +76,24 @@ def select_within_budget(blocks: list[Block], budget_tokens: int | None) -> list
     return out
 
 
-def display_order(events: list[int], intent: str, rows: list[EventRow], causal: list[tuple[int, int]]) -> list[int]:
-    """The order events are shown in: by time for WHEN, causes first for WHY, else as given."""
+def display_order(events: list[int], intent: str, rows: list[EventRow], causal: list[tuple[int, int]],
+                  episodes: list[int] | None = None) -> list[int]:
+    """The order events are shown in: by time for WHEN, causes first for WHY, else as given
+    (salience). With ``episodes``, each episode's events are shown together, in time order
+    (WHY: causes first), the episodes by time (WHEN, WHY) or by their most salient event."""
+    if episodes is None:
+        return _order(events, intent, rows, causal)
+    members: dict[int, list[int]] = defaultdict(list)
+    for e, ep in zip(events, episodes):
+        members[ep].append(e)
+    groups = list(members.values())                       # episodes by their most salient event
+    if intent in ("WHEN", "WHY"):
+        groups.sort(key=lambda g: min((rows[e].timestamp, e) for e in g))
+    inner = "WHY" if intent == "WHY" else "WHEN"
+    return [e for g in groups for e in _order(g, inner, rows, causal)]
+
+
+def _order(events: list[int], intent: str, rows: list[EventRow], causal: list[tuple[int, int]]) -> list[int]:
     if intent == "WHEN":
         return sorted(events, key=lambda e: (rows[e].timestamp, e))
     if intent == "WHY":
@@ -74,14 +114,15 @@ def display_order(events: list[int], intent: str, rows: list[EventRow], causal: 
 
 
 def linearize(ranked: list[int], intent: str, rows: list[EventRow], causal: list[tuple[int, int]],
-              budget_tokens: int | None, header: str = "") -> tuple[str, list[Block]]:
-    """Returns (context, blocks of every ranked event in salience order with the first
-    ``k`` of them in the context); the context never exceeds ``budget_tokens`` unless a
-    single block alone does."""
-    blocks = render_blocks(ranked, rows)
+              budget_tokens: int | None, header: str = "", episodes: list[int] | None = None,
+              starts: dict[int, float] | None = None) -> tuple[str, list[Block], list[Block]]:
+    """Returns (context, the blocks in the context in salience order, the blocks of every
+    ranked event in salience order); the context never exceeds ``budget_tokens`` unless a
+    single block alone does. ``episodes``/``starts``: see ``render_blocks``."""
+    blocks = render_blocks(ranked, rows, episodes, starts)
     fixed = count_tokens(header)
     kept = select_within_budget(blocks, None if budget_tokens is None else budget_tokens - fixed)
-    order = display_order(ranked, intent, rows, causal)
+    order = display_order(ranked, intent, rows, causal, episodes)
     # Brevity codes cost tokens too: give up the least salient block until everything fits.
     while budget_tokens is not None and len(kept) > 1:
         ids = {b.event for b in kept}
@@ -89,7 +130,7 @@ def linearize(ranked: list[int], intent: str, rows: list[EventRow], causal: list
         if used <= budget_tokens:
             break
         kept = kept[:-1]
-    return _assemble(order, kept, header), blocks[: len(kept)], blocks
+    return _assemble(order, kept, header, starts), kept, blocks
 
 
 def _gaps(order: list[int], kept: set[int]) -> int:
@@ -102,15 +143,19 @@ def _gaps(order: list[int], kept: set[int]) -> int:
     return runs
 
 
-def _assemble(order: list[int], kept: list[Block], header: str) -> str:
-    text_of = {b.event: b.text for b in kept}
-    lines, skipped = [header] if header else [], 0
+def _assemble(order: list[int], kept: list[Block], header: str, starts: dict[int, float] | None) -> str:
+    by_event = {b.event: b for b in kept}
+    lines, skipped, shown_episode = [header] if header else [], 0, None
     for e in order:
-        if e in text_of:
+        if e in by_event:
             if skipped:
                 lines.append(_brevity(skipped))
                 skipped = 0
-            lines.append(text_of[e])
+            b = by_event[e]
+            if b.episode >= 0 and b.episode != shown_episode:
+                lines.append(episode_header(starts[b.episode]))
+                shown_episode = b.episode
+            lines.append(b.text)
         else:
             skipped += 1
     if skipped:

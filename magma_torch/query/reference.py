@@ -14,29 +14,37 @@ from magma_torch.query.beam import BeamConfig
 
 def adjacency_lists(edges: dict[str, Sequence[tuple[int, int]]]) -> tuple[dict, dict]:
     """From stored edges (relation -> [(src, dst)]) to undirected traversal lists:
-    event -> [(neighbour, relation)] and event -> [entity] / entity -> [event]."""
+    event -> [(neighbour, relation)], and for each node-mediated hop (entity, episode)
+    event -> [node] / node -> [event]. The episode chain joins episodes, not events: not walked."""
     event_adj: dict[int, list[tuple[int, str]]] = {}
-    mentions: dict[int, list[int]] = {}
-    mentioned_by: dict[int, list[int]] = {}
+    hubs: dict[str, tuple[dict[int, list[int]], dict[int, list[int]]]] = {"entity": ({}, {}), "episode": ({}, {})}
     for rel, pairs in edges.items():
         for s, d in pairs:
-            if rel == "entity":
-                mentions.setdefault(s, []).append(d)
-                mentioned_by.setdefault(d, []).append(s)
-            else:
+            if rel in hubs:
+                hubs[rel][0].setdefault(s, []).append(d)
+                hubs[rel][1].setdefault(d, []).append(s)
+            elif rel != "episode_chain":
                 event_adj.setdefault(s, []).append((d, rel))
                 event_adj.setdefault(d, []).append((s, rel))
-    return event_adj, (mentions, mentioned_by)
+    return event_adj, hubs
 
 
-def reference_beam_search(event_adj, entity_lists, embeddings: Sequence[Sequence[float]], query: Sequence[float],
+def reference_beam_search(event_adj, hub_lists, embeddings: Sequence[Sequence[float]], query: Sequence[float],
                           intent_weights: dict[str, float], anchors: Sequence[tuple[int, float]],
                           cfg: BeamConfig) -> dict[int, float]:
     """One query: returns {event id: salience score} for every node the search keeps."""
-    mentions, mentioned_by = entity_lists
+    mentions, mentioned_by = hub_lists["entity"]
+    in_episode, episode_events = hub_lists["episode"]
+    n = len(embeddings)
 
     def cos(v: int) -> float:
         return sum(a * b for a, b in zip(embeddings[v], query))
+
+    def specificity(entity: int) -> float:
+        """log(N / df) / log(N): an entity mentioned by every event carries nothing."""
+        if n < 2:
+            return 1.0
+        return min(max(math.log(n / max(len(mentioned_by.get(entity, [])), 1)) / math.log(n), 0.0), 1.0)
 
     ranked = sorted(anchors, key=lambda a: (-a[1], a[0]))[: cfg.max_nodes]
     visited = {node: score for node, score in ranked}
@@ -47,15 +55,16 @@ def reference_beam_search(event_adj, entity_lists, embeddings: Sequence[Sequence
             break
         candidates: dict[int, float] = {}
         for u, score_u in frontier:
-            neighbours = list(event_adj.get(u, []))
-            neighbours += [(v, "entity") for e in mentions.get(u, []) for v in mentioned_by.get(e, [])]
-            for v, rel in neighbours:
+            neighbours = [(v, rel, 1.0) for v, rel in event_adj.get(u, [])]
+            neighbours += [(v, "entity", specificity(e)) for e in mentions.get(u, []) for v in mentioned_by.get(e, [])]
+            neighbours += [(v, "episode", 1.0) for p in in_episode.get(u, []) for v in episode_events.get(p, [])]
+            for v, rel, spec in neighbours:
                 if v == u or v in visited or intent_weights[rel] == 0:  # weight 0: relation removed
                     continue
                 c = cos(v)
                 if c < cfg.drop_threshold:
                     continue
-                s_uv = math.exp(cfg.lambda1 * intent_weights[rel] + cfg.lambda2 * c)
+                s_uv = math.exp(cfg.lambda1 * intent_weights[rel] * spec + cfg.lambda2 * c)
                 score_v = cfg.gamma * score_u + s_uv
                 if score_v > candidates.get(v, -math.inf):
                     candidates[v] = score_v

@@ -17,18 +17,18 @@ from datetime import datetime, timezone
 import torch
 
 from magma_torch.ingest.embedder import Embedder
-from magma_torch.query.anchors import (Anchors, ContextConfig, context_candidates, context_scores, rrf_fuse,
-                                       time_ranking)
+from magma_torch.query.anchors import (Anchors, ContextConfig, EpisodeSignalConfig, context_candidates,
+                                       context_scores, episode_ranking, rrf_fuse, time_ranking)
 from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.linearize import linearize, render_blocks
 from magma_torch.query.segment import top_ids
 from magma_torch.query.similarity import Similarity, SimilarityConfig
-from magma_torch.store.graph import RELATIONS
+from magma_torch.store.graph import RELATIONS, TRAVERSED
 from magma_torch.store.store import StoreSnapshot
 from magma_torch.text import count_tokens
 
-SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context")
+SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode")
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,10 @@ class RetrievalConfig:
     signal_weights: dict = field(default_factory=lambda: {s: 1.0 for s in SIGNALS})
     signal_top_k: dict = field(default_factory=lambda: {s: 20 for s in SIGNALS})
     context: ContextConfig = ContextConfig()
+    episode: EpisodeSignalConfig = EpisodeSignalConfig()
     anchor_k: int = 10                # anchors handed to the beam search
-    anchor_scale: float = 1.0         # anchor start score = anchor_scale * RRF / best RRF of the query
     use_intent: bool = True           # False: one uniform weight row for every intent (ablation)
-    intent_weights: dict = field(default_factory=lambda: {i: {r: 1.0 for r in RELATIONS} for i in INTENTS})
+    intent_weights: dict = field(default_factory=lambda: {i: {r: 1.0 for r in TRAVERSED} for i in INTENTS})
     beam: BeamConfig = BeamConfig()
     similarity: SimilarityConfig = SimilarityConfig()
     budget_tokens: int | None = 2000
@@ -57,6 +57,7 @@ class RetrievalConfig:
     def from_mapping(cls, r: dict) -> "RetrievalConfig":
         """From the ``retrieval`` block of a memory config, as plain containers."""
         return cls(**{**r, "beam": BeamConfig(**r["beam"]), "context": ContextConfig(**r["context"]),
+                      "episode": EpisodeSignalConfig(**r.get("episode", {})),
                       "similarity": SimilarityConfig(**r["similarity"])})
 
 @dataclass(frozen=True)
@@ -198,7 +199,10 @@ class Retriever:
         kw_top = torch.from_numpy(snap.keyword_index.top_k(kw_scores.cpu().numpy(), max(k["keyword"], n_cand))).to(
             dev) if kw_scores is not None else empty
         ranked = {"vector": dense[:, : k["vector"]], "keyword": kw_top[:, : k["keyword"]], "time": empty,
-                  "vector_context": empty, "keyword_context": empty}
+                  "vector_context": empty, "keyword_context": empty, "episode": empty}
+        if on["episode"]:
+            ranked["episode"] = episode_ranking(snap.episode_embeddings().to(dev), snap.graph.episode_event, sim, n,
+                                                cfg.episode, k["episode"])
         if on["time"]:
             ranked["time"] = time_ranking(windows, snap.timestamps, snap.date_spans, sim, k["time"])
         if n_cand:
@@ -212,14 +216,23 @@ class Retriever:
         weights = [float(cfg.signal_weights.get(s, 0.0)) if on[s] else 0.0 for s in SIGNALS]
         return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, cfg.anchor_k, max(n, 1))
 
-    def start_scores(self, anchors: Anchors) -> torch.Tensor:
-        """The beam's start score of each anchor: its RRF relative to the query's best."""
+    def start_scores(self, sim: Similarity, anchors: Anchors, intents: torch.Tensor) -> torch.Tensor:
+        """The beam's start score of each anchor, on the scale of the transitions it competes
+        with: the best transition the question allows, exp(lambda1 * max_r w[T_q, r] + lambda2 *
+        c), c the best cosine of an anchor with the question, times the anchor's RRF relative to
+        the question's best. An expansion that scores above a weak anchor displaces it."""
+        b, valid = self.cfg.beam, anchors.ids >= 0
+        rows = torch.arange(anchors.ids.shape[0], device=anchors.ids.device)[:, None].expand_as(anchors.ids)
+        cos = torch.full(anchors.ids.shape, -1.0, dtype=torch.float64, device=anchors.ids.device)
+        cos[valid] = sim.pairs(rows[valid], anchors.ids[valid]).double()
+        w_top = self.weights.max(dim=1).values.double().to(cos.device)[intents.to(cos.device)]
+        top = torch.exp(b.lambda1 * w_top + b.lambda2 * cos.max(dim=1).values)
         best = anchors.scores[:, :1].clamp(min=1e-12)
-        return (self.cfg.anchor_scale * anchors.scores / best).to(self.dtype)
+        return (top[:, None] * anchors.scores / best).to(self.dtype)
 
     @torch.inference_mode()
     def expand(self, snap: StoreSnapshot, sim: Similarity, intents: torch.Tensor, anchors: Anchors) -> BeamResult:
-        return beam_search(snap.graph, sim, intents, anchors.ids, self.start_scores(anchors), self.weights,
+        return beam_search(snap.graph, sim, intents, anchors.ids, self.start_scores(sim, anchors, intents), self.weights,
                            self.cfg.beam, self.dtype)
 
     def _assemble(self, snap, questions, intents, windows, anchors, res: BeamResult, budget) -> list[Retrieval]:
@@ -235,7 +248,9 @@ class Retriever:
             idx = per_query[b]
             ranked = [node[i] for i in idx]
             intent = INTENTS[int(intents[b])]
-            context, kept, blocks = linearize(ranked, intent, rows, causal, budget)
+            episodes = snap.episode_of[ranked].tolist() if ranked else []
+            starts = {ep: rows[int(snap.episode_first[ep])].timestamp for ep in set(episodes)}
+            context, kept, blocks = linearize(ranked, intent, rows, causal, budget, episodes=episodes, starts=starts)
             nodes = [_node(rows, node[i], score[i], blk.tokens) for i, blk in zip(idx, blocks)]
             paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
                      for i in idx if parent[i] >= 0]

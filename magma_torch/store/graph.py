@@ -1,4 +1,9 @@
-"""The four relation graphs as PyG ``HeteroData`` edge tensors with cached CSR views."""
+"""The relation graphs as PyG ``HeteroData`` edge tensors with cached CSR views.
+
+Four relations join events (temporal, semantic, causal, and event-entity mentions); two
+more give the episode hierarchy (paper Sec. 3.2): event -> episode membership and the
+temporal chain of a stream's episodes.
+"""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -10,15 +15,21 @@ from torch_geometric.data import HeteroData
 from magma_torch.store.csr import CSRSnapshot, IncrementalCSR
 from magma_torch.store.growable import GrowableTensor
 
-RELATIONS = ("temporal", "semantic", "causal", "entity")
-REL_ID = {name: i for i, name in enumerate(RELATIONS)}
+RELATIONS = ("temporal", "semantic", "causal", "entity", "episode", "episode_chain")
+# The relations the beam search walks, each with its intent weight w[T_q, r] (query/beam.py):
+# entity and episode hops go event -> entity / episode -> event.
+TRAVERSED = RELATIONS[:5]
+REL_ID = {name: i for i, name in enumerate(TRAVERSED)}
 EDGE_TYPES = {
     "temporal": ("event", "temporal", "event"),
     "semantic": ("event", "semantic", "event"),
     "causal": ("event", "causal", "event"),
     "entity": ("event", "mentions", "entity"),
+    "episode": ("event", "in_episode", "episode"),
+    "episode_chain": ("episode", "precedes", "episode"),
 }
 REVERSE_ENTITY = ("entity", "rev_mentions", "event")
+REVERSE_EPISODE = ("episode", "rev_in_episode", "event")
 
 
 @dataclass(frozen=True)
@@ -29,15 +40,18 @@ class GraphSnapshot:
     event_adj: CSRSnapshot     # event -> event (temporal, semantic, causal; both directions)
     event_entity: CSRSnapshot  # event -> entity
     entity_event: CSRSnapshot  # entity -> event
+    event_episode: CSRSnapshot   # event -> its episode
+    episode_event: CSRSnapshot   # episode -> its events
 
 
 class MultiGraph:
-    """Temporal, semantic, causal and event-entity edges over event and entity nodes.
+    """Temporal, semantic, causal, event-entity and episode edges over event, entity and
+    episode nodes.
 
     Edges are stored once, in the direction the paper gives them (temporal: earlier ->
     later, causal: cause -> effect, semantic: new -> older neighbour, entity: event ->
-    entity); traversal views hold both directions because the beam search may walk
-    any edge either way.
+    entity, episode: event -> episode, episode_chain: earlier -> later episode); traversal
+    views hold both directions because the beam search may walk any edge either way.
     """
 
     def __init__(self, device: torch.device | str = "cpu"):
@@ -47,6 +61,8 @@ class MultiGraph:
         self._event_adj = IncrementalCSR(device)
         self._event_entity = IncrementalCSR(device)
         self._entity_event = IncrementalCSR(device)
+        self._event_episode = IncrementalCSR(device)
+        self._episode_event = IncrementalCSR(device)
         self._causal_out: dict[int, set[int]] = defaultdict(set)
         self._mentions: set[tuple[int, int]] = set()
 
@@ -63,16 +79,25 @@ class MultiGraph:
         s.extend(src)
         d.extend(dst)
         w.extend(weight)
+        self._add_views(relation, src, dst)
+        if relation == "entity":
+            self._mentions.update(zip(src.tolist(), dst.tolist()))
+        elif relation == "causal":
+            for c, e in zip(src.tolist(), dst.tolist()):
+                self._causal_out[c].add(e)
+
+    def _add_views(self, relation: str, src: torch.Tensor, dst: torch.Tensor) -> None:
+        if relation not in REL_ID:  # the episode chain is stored, not walked
+            return
         rel = torch.full_like(src, REL_ID[relation])
         if relation == "entity":
             self._event_entity.add(src, dst, rel)
             self._entity_event.add(dst, src, rel)
-            self._mentions.update(zip(src.tolist(), dst.tolist()))
+        elif relation == "episode":
+            self._event_episode.add(src, dst, rel)
+            self._episode_event.add(dst, src, rel)
         else:
             self._event_adj.add(torch.cat([src, dst]), torch.cat([dst, src]), torch.cat([rel, rel]))
-            if relation == "causal":
-                for c, e in zip(src.tolist(), dst.tolist()):
-                    self._causal_out[c].add(e)
 
     def has_mention(self, event: int, entity: int) -> bool:
         return (event, entity) in self._mentions
@@ -101,22 +126,26 @@ class MultiGraph:
     def num_edges(self, relation: str) -> int:
         return len(self._edges[relation][0])
 
-    def snapshot(self, num_events: int, num_entities: int) -> GraphSnapshot:
+    def snapshot(self, num_events: int, num_entities: int, num_episodes: int = 0) -> GraphSnapshot:
         return GraphSnapshot(num_events, self._event_adj.snapshot(num_events),
                              self._event_entity.snapshot(num_events),
-                             self._entity_event.snapshot(num_entities))
+                             self._entity_event.snapshot(num_entities),
+                             self._event_episode.snapshot(num_events),
+                             self._episode_event.snapshot(num_episodes))
 
-    def to_hetero_data(self, num_events: int, num_entities: int) -> HeteroData:
+    def to_hetero_data(self, num_events: int, num_entities: int, num_episodes: int = 0) -> HeteroData:
         """A PyG view (no copies) of the edge tensors, for PyG tooling and inspection."""
         data = HeteroData()
         data["event"].num_nodes = num_events
         data["entity"].num_nodes = num_entities
+        data["episode"].num_nodes = num_episodes
         for rel, edge_type in EDGE_TYPES.items():
             s, d, w = self.edges(rel)
             data[edge_type].edge_index = torch.stack([s, d])
             data[edge_type].edge_weight = w
-        s, d, w = self.edges("entity")
-        data[REVERSE_ENTITY].edge_index = torch.stack([d, s])
+        for rel, edge_type in (("entity", REVERSE_ENTITY), ("episode", REVERSE_EPISODE)):
+            s, d, w = self.edges(rel)
+            data[edge_type].edge_index = torch.stack([d, s])
         return data
 
     def state(self) -> dict[str, torch.Tensor]:
@@ -143,15 +172,11 @@ class MultiGraph:
         self._rebuild_views()
 
     def _rebuild_views(self) -> None:
-        self._event_adj, self._event_entity, self._entity_event = (IncrementalCSR(self.device) for _ in range(3))
+        (self._event_adj, self._event_entity, self._entity_event, self._event_episode,
+         self._episode_event) = (IncrementalCSR(self.device) for _ in range(5))
         for rel in RELATIONS:
             s, d, _ = self.edges(rel)
-            r = torch.full_like(s, REL_ID[rel])
-            if rel == "entity":
-                self._event_entity.add(s, d, r)
-                self._entity_event.add(d, s, r)
-            else:
-                self._event_adj.add(torch.cat([s, d]), torch.cat([d, s]), torch.cat([r, r]))
+            self._add_views(rel, s, d)
 
     def counts(self) -> dict[str, int]:
         return {rel: self.num_edges(rel) for rel in RELATIONS}
@@ -160,5 +185,6 @@ class MultiGraph:
     def from_state(cls, state: dict[str, torch.Tensor], device) -> "MultiGraph":
         g = cls(device)
         for rel in RELATIONS:
-            g.add_edges(rel, state[f"{rel}.src"], state[f"{rel}.dst"], state[f"{rel}.weight"])
+            if f"{rel}.src" in state:  # saves from before episodes have none
+                g.add_edges(rel, state[f"{rel}.src"], state[f"{rel}.dst"], state[f"{rel}.weight"])
         return g

@@ -42,6 +42,12 @@ class KeywordIndex:
     def add(self, tokens: list[list[str]]) -> None:
         self._docs.extend(tokens)
 
+    def extend_doc(self, doc_id: int, tokens: list[str]) -> None:
+        """Append terms to a stored document (an episode that grew); the next search re-indexes."""
+        with self._lock:
+            self._docs[doc_id] = self._docs[doc_id] + list(tokens)
+            self._indexed = -1
+
     def tokens(self, doc_id: int) -> list[str]:
         return self._docs[doc_id]
 

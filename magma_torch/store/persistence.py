@@ -2,8 +2,9 @@
 
 A save is a folder:
 
-- ``tensors.safetensors``: ``events.{embeddings,timestamps,date_spans,prev,next}``,
-  ``entities.embeddings`` and ``graph.<relation>.{src,dst,weight}`` per relation;
+- ``tensors.safetensors``: ``events.{embeddings,timestamps,date_spans,prev,next,episode}``,
+  ``entities.embeddings``, ``episodes.{sums,first,last,size}`` and
+  ``graph.<relation>.{src,dst,weight}`` per relation;
 - ``events.jsonl``: one ``EventRow`` per line, line i = event id i (metadata must be
   JSON-serialisable and comes back as JSON types: tuples as lists);
 - ``entities.json``: ``names``, ``kinds``, ``surfaces`` (index = entity id);
@@ -65,14 +66,16 @@ def encode_store(store: MemoryStore, state: dict) -> dict[str, bytes]:
     """The contents of every file but the manifest. The caller holds ``store.lock`` (and
     whatever keeps ``state`` still); the bytes are then written without any lock."""
     n, m = len(store.events), len(store.entities)
-    ev, en = store.events, store.entities
+    ev, en, ep = store.events, store.entities, store.episodes
     tensors = {"events.embeddings": ev.embeddings.data, "events.timestamps": ev.timestamps.data,
                "events.date_spans": ev.date_spans.data, "events.prev": ev.prev.data,
-               "events.next": ev.next.data, "entities.embeddings": en.embeddings.data}
+               "events.next": ev.next.data, "events.episode": ev.episode.data,
+               "entities.embeddings": en.embeddings.data, "episodes.sums": ep.sums.data,
+               "episodes.first": ep.first.data, "episodes.last": ep.last.data, "episodes.size": ep.size.data}
     tensors.update({f"graph.{k}": v for k, v in store.graph.state().items()})
     # Own CPU copies: the live columns are views into larger, still-growing buffers.
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
-    counts = {"events": n, "entities": m, "dim": store.dim, "edges": store.graph.counts()}
+    counts = {"events": n, "entities": m, "episodes": len(ep), "dim": store.dim, "edges": store.graph.counts()}
     return {TENSORS: save_tensors(tensors),
             EVENTS: "".join(_event_line(i, r) for i, r in enumerate(ev.rows)).encode(),
             ENTITIES: _json({"names": en.names, "kinds": en.kinds, "surfaces": en.surfaces}),
@@ -239,8 +242,12 @@ def _check_counts(saved: SavedStore) -> None:
     expected = {"events.embeddings": (c["events"], c["dim"]), "events.timestamps": (c["events"],),
                 "events.date_spans": (c["events"], 2), "events.prev": (c["events"],),
                 "events.next": (c["events"],), "entities.embeddings": (c["entities"], c["dim"])}
+    if "episodes" in c:  # saves from before episodes: segmented again on load (load_store)
+        expected.update({"events.episode": (c["events"],), "episodes.sums": (c["episodes"], c["dim"]),
+                         **{f"episodes.{col}": (c["episodes"],) for col in ("first", "last", "size")}})
     for rel in RELATIONS:
-        expected.update({f"graph.{rel}.{col}": (c["edges"][rel],) for col in ("src", "dst", "weight")})
+        if rel in c["edges"]:
+            expected.update({f"graph.{rel}.{col}": (c["edges"][rel],) for col in ("src", "dst", "weight")})
     for key, shape in expected.items():
         if key not in t or tuple(t[key].shape) != shape:
             got = tuple(t[key].shape) if key in t else "missing"
@@ -251,9 +258,10 @@ def _check_counts(saved: SavedStore) -> None:
         raise CorruptSaveError(f"{p / ENTITIES}: entity lists do not all have {c['entities']} entries")
 
 
-def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[EventRow], str]) -> None:
+def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[EventRow], str]) -> list[list[str]]:
     """Fill an empty ``store`` from ``saved``. ``keyword_text`` gives the text the fast path
-    tokenised for an event (the keyword index keeps tokens, not texts, so it is rebuilt)."""
+    tokenised for an event (the keyword indexes keep tokens, not texts, so they are rebuilt).
+    Returns those tokens: a save from before episodes leaves them to the caller to segment."""
     if len(store.events) or len(store.entities) or sum(store.graph.counts().values()):
         raise ValueError("load_store needs an empty store")
     t, dim = saved.tensors, saved.state["counts"]["dim"]
@@ -261,9 +269,9 @@ def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[Ev
         raise ValueError(f"{saved.path}: saved with {dim}-dim embeddings, the embedder gives {store.dim}")
     with store.lock:
         rows = saved.events
+        tokens = store.keyword_index.tokenize([keyword_text(r) for r in rows]) if rows else []
         if rows:
-            store.append_events(rows, t["events.embeddings"],
-                                store.keyword_index.tokenize([keyword_text(r) for r in rows]))
+            store.append_events(rows, t["events.embeddings"], tokens)
             # append_events derived these columns from the rows; the saved ones are authoritative.
             for col in ("timestamps", "date_spans", "prev", "next"):
                 getattr(store.events, col).data.copy_(t[f"events.{col}"])
@@ -272,3 +280,20 @@ def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[Ev
             store.entities.append(e["names"], e["kinds"], e["surfaces"], t["entities.embeddings"])
         store.graph = MultiGraph.from_state({k[len("graph."):]: v for k, v in t.items() if k.startswith("graph.")},
                                             store.device)
+        if "events.episode" in t:
+            _restore_episodes(store, t, tokens)
+    return tokens
+
+
+def _restore_episodes(store: MemoryStore, t: dict[str, torch.Tensor], tokens: list[list[str]]) -> None:
+    ev, ep = store.events, store.episodes
+    ev.episode.data.copy_(t["events.episode"])
+    first = t["episodes.first"].tolist()
+    ep.add([ev.rows[f].stream for f in first], first, torch.zeros(0, dtype=torch.long),
+           torch.zeros(0, dtype=torch.long), t["episodes.sums"][:0])
+    for col in ("sums", "last", "size"):
+        getattr(ep, col).data.copy_(t[f"episodes.{col}"])
+    docs: list[list[str]] = [[] for _ in first]
+    for e, terms in zip(t["events.episode"].tolist(), tokens):
+        docs[e].extend(terms)
+    store.episode_keywords.add(docs)

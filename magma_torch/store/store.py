@@ -1,4 +1,4 @@
-"""MemoryStore: event and entity tables, the multigraph and both indexes, behind one lock.
+"""MemoryStore: event, entity and episode tables, the multigraph and the indexes, behind one lock.
 
 Writers (the fast path and the slow-path worker) mutate under ``lock``; readers take a
 ``snapshot()`` under the lock and then work without it: every tensor in a snapshot is
@@ -13,7 +13,7 @@ import torch
 
 from magma_torch.store.graph import GraphSnapshot, MultiGraph
 from magma_torch.store.keyword_index import KeywordIndex
-from magma_torch.store.tables import EntityTable, EventRow, EventTable
+from magma_torch.store.tables import EntityTable, EpisodeTable, EventRow, EventTable
 from magma_torch.store.vector_index import VectorIndex
 
 
@@ -21,6 +21,7 @@ from magma_torch.store.vector_index import VectorIndex
 class StoreSnapshot:
     num_events: int
     num_entities: int
+    num_episodes: int
     embeddings: torch.Tensor          # [num_events, d]
     scan_embeddings: torch.Tensor     # [num_events, d] half-precision copy for the query path's scan
     timestamps: torch.Tensor          # [num_events] float64 epoch seconds
@@ -34,6 +35,15 @@ class StoreSnapshot:
     vector_index: VectorIndex
     keyword_index: KeywordIndex
     causal_edges: tuple[torch.Tensor, torch.Tensor]
+    episode_of: torch.Tensor          # [num_events] episode id of each event
+    episode_first: torch.Tensor       # [num_episodes] first event of each episode
+    episode_sums: torch.Tensor        # [num_episodes, d] summed member embeddings (the open ones may still grow)
+    episode_keyword_index: KeywordIndex
+
+    def episode_embeddings(self) -> torch.Tensor:
+        """[num_episodes, d] unit episode embeddings."""
+        s = self.episode_sums.float()
+        return s / torch.linalg.vector_norm(s, dim=1, keepdim=True).clamp(min=1e-12)
 
 
 class MemoryStore:
@@ -43,9 +53,11 @@ class MemoryStore:
         self.dim = dim
         self.events = EventTable(dim, device, chain_span=chain_span, scan_dtype=getattr(torch, scan_dtype))
         self.entities = EntityTable(dim, device)
+        self.episodes = EpisodeTable(dim, device)
         self.graph = MultiGraph(device)
         self.vector_index = VectorIndex(dim, device, vector_backend)
         self.keyword_index = KeywordIndex(bm25_k1, bm25_b)
+        self.episode_keywords = KeywordIndex(bm25_k1, bm25_b)   # an episode's document: its events' terms
         self.lock = threading.RLock()
         # Serialises fast-path calls from validation to write, so two concurrent adds cannot
         # both pass the duplicate/ordering checks; readers and the slow path never take it.
@@ -66,14 +78,16 @@ class MemoryStore:
 
     def snapshot(self) -> StoreSnapshot:
         with self.lock:
-            n, m = len(self.events), len(self.entities)
+            n, m, p = len(self.events), len(self.entities), len(self.episodes)
             s, d, _ = self.graph.edges("causal")
-            return StoreSnapshot(n, m, self.events.embeddings.data, self.events.scan_embeddings.data,
+            return StoreSnapshot(n, m, p, self.events.embeddings.data, self.events.scan_embeddings.data,
                                  self.events.timestamps.data, self.events.date_spans.data,
                                  self.events.prev.data, self.events.chain_dots.data, self.events.next.data,
-                                 self.graph.snapshot(n, m), self.events.rows, self.entities.names,
-                                 self.vector_index, self.keyword_index, (s, d))
+                                 self.graph.snapshot(n, m, p), self.events.rows, self.entities.names,
+                                 self.vector_index, self.keyword_index, (s, d), self.events.episode.data,
+                                 self.episodes.first.data, self.episodes.sums.data, self.episode_keywords)
 
     def stats(self) -> dict:
         with self.lock:
-            return {"events": len(self.events), "entities": len(self.entities), "edges": self.graph.counts()}
+            return {"events": len(self.events), "entities": len(self.entities), "episodes": len(self.episodes),
+                    "edges": self.graph.counts()}

@@ -56,6 +56,8 @@ class EventTable:
         # Temporal chain as pointer columns (-1 at the ends): O(1) neighbour lookups for queries.
         self.prev = GrowableTensor((), torch.long, device)
         self.next = GrowableTensor((), torch.long, device)
+        # The episode each event belongs to (paper Sec. 3.2); set by the fast path right after the append.
+        self.episode = GrowableTensor((), torch.long, device)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -77,6 +79,7 @@ class EventTable:
         prev_t = torch.tensor(prev, dtype=torch.long)
         self.prev.extend(prev_t)
         self.next.extend(torch.full((len(rows),), -1, dtype=torch.long))
+        self.episode.extend(torch.full((len(rows),), -1, dtype=torch.long))
         linked = prev_t >= 0
         # A reader's snapshot may now see a next pointer past its own end; queries mask those.
         dev = self.next.data.device
@@ -103,6 +106,52 @@ class EventTable:
             out.append(cur)
             cur = int(self.prev.data[cur])
         return out[::-1]
+
+
+class EpisodeTable:
+    """Episode nodes: runs of consecutive events of one stream (a session, cut at long time
+    gaps and topic shifts). An episode's embedding is the normalised sum of its events'
+    embeddings; its searchable text is theirs (the store's episode keyword index).
+
+    Only a stream's last episode grows: its ``sums`` row and ``last``/``size`` change in
+    place when the stream's next event joins it, every other row is final.
+    """
+
+    def __init__(self, dim: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+        self.sums = GrowableTensor((dim,), dtype, device)      # sum of the member embeddings
+        self.first = GrowableTensor((), torch.long, device)    # first and last member event
+        self.last = GrowableTensor((), torch.long, device)
+        self.size = GrowableTensor((), torch.long, device)
+        self.streams: list[str] = []
+        self.last_of_stream: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    def add(self, streams: list[str], firsts: list[int], events: torch.Tensor, members: torch.Tensor,
+            embeddings: torch.Tensor) -> None:
+        """Open new episodes (their ``streams`` and ``firsts`` events; their ids follow the
+        stored ones) and add ``events`` [k] (new, in id order) with ``embeddings`` [k, d] to
+        the episodes ``members`` [k]."""
+        if streams:
+            self.sums.extend(torch.zeros((len(streams), self.sums.data.shape[1])))
+            first = torch.tensor(firsts, dtype=torch.long)
+            for col, values in ((self.first, first), (self.last, first), (self.size, torch.zeros_like(first))):
+                col.extend(values)
+            for offset, stream in enumerate(streams):
+                self.last_of_stream[stream] = len(self.streams) + offset
+            self.streams.extend(streams)
+        if members.numel():
+            dev = self.sums.data.device
+            members = members.to(dev)
+            self.sums.data.index_add_(0, members, embeddings.to(dev, self.sums.data.dtype))
+            self.size.data.index_add_(0, members, torch.ones_like(members))
+            self.last.data.scatter_reduce_(0, members, events.to(dev), "amax")
+
+    def embeddings(self, upto: int | None = None) -> torch.Tensor:
+        """[episodes, dim] unit embeddings (a copy: the open episodes' rows may change later)."""
+        s = self.sums.data[:upto].float()
+        return s / torch.linalg.vector_norm(s, dim=1, keepdim=True).clamp(min=1e-12)
 
 
 class EntityTable:
