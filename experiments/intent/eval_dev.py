@@ -44,8 +44,10 @@ def evaluate(dev: Path = DEV, weights: str | None = None, labelled: Path = LABEL
     sample = other_sample(rows)
     if [(r["sample_id"], r["qa_index"]) for r in sample] != [(r["sample_id"], r["qa_index"]) for r in gold_rows]:
         raise ValueError(f"{labelled} does not hold the fixed sample of {dev}")
-    sets = {k: ([r["question"] for r in rows if lead(r["question"]) == k], [v] * 0) for k, v in LEADS.items()}
-    sets = {k: (qs, [LEADS[k]] * len(qs)) for k, (qs, _) in sets.items()}
+    sets = {}
+    for k, label in LEADS.items():
+        qs = [r["question"] for r in rows if lead(r["question"]) == k]
+        sets[k] = (qs, [label] * len(qs))
     sets["other100"] = ([r["question"] for r in gold_rows], [r["intent"] for r in gold_rows])
 
     clf = IntentClassifier.load(weights)
