@@ -1,7 +1,18 @@
-"""Query intent classifier: a small MLP head over normalised sentence embeddings."""
+"""Query intent classifier: a small MLP head over normalised sentence embeddings, plus an optional
+lead-word rule layer on the question text.
+
+Design: the learned head decides every question; when the caller also passes the question texts,
+a question whose lead words are unambiguous ("Why …", "When did/is/was …") gets that intent's
+one-hot row instead. A lead "When"/"Why" is a near-certain signal that an embedding of the whole
+sentence can still be pulled away from by a topical word ("wine tasting trip"), and the rule costs
+one regex per question; the head still routes every other phrasing ("What year…", "How long…",
+"What made…", "What motivated…"). The rules (case-insensitive regexes per intent) come from
+conf/intent/default.yaml and are recorded in the sidecar, so a loaded head carries its own.
+"""
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -38,6 +49,8 @@ class IntentClassifier:
     def __init__(self, head: IntentHead, meta: dict):
         self.head = head.eval()
         self.meta = meta
+        self.rules = [(INTENTS.index(label), re.compile(rx, re.IGNORECASE))
+                      for label, rx in (meta.get("rules") or {}).items()]
 
     @classmethod
     def load(cls, path: str | None = None, device="cpu") -> "IntentClassifier":
@@ -62,19 +75,34 @@ class IntentClassifier:
     def device(self) -> torch.device:
         return next(self.head.parameters()).device
 
+    def rule_intents(self, questions: list[str]) -> list[int]:
+        """Per question, the index of the first rule intent whose regex matches its text; -1 for none."""
+        return [next((i for i, rx in self.rules if rx.search(q)), -1) for q in questions]
+
     @torch.no_grad()
-    def probabilities(self, embeddings: torch.Tensor) -> torch.Tensor:
-        """[B, dim] embeddings -> [B, len(INTENTS)] softmax probabilities, columns in INTENTS order."""
+    def probabilities(self, embeddings: torch.Tensor, questions: list[str] | None = None) -> torch.Tensor:
+        """[B, dim] embeddings -> [B, len(INTENTS)] probabilities, columns in INTENTS order.
+
+        The head's softmax; with ``questions`` (the B texts behind the embeddings), rows whose
+        text matches a lead-word rule become that intent's one-hot row.
+        """
         if embeddings.dim() != 2:
             raise ValueError(f"expected [B, dim] embeddings, got shape {tuple(embeddings.shape)}")
         if self.device != embeddings.device:
             # follow the caller's device so predict never forces a host round-trip
             self.head.to(embeddings.device)
-        return self.head(embeddings.float()).softmax(dim=-1)
+        probs = self.head(embeddings.float()).softmax(dim=-1)
+        if questions is None or not self.rules:
+            return probs
+        if len(questions) != len(probs):
+            raise ValueError(f"{len(questions)} questions for {len(probs)} embeddings")
+        ruled = torch.tensor(self.rule_intents(questions), dtype=torch.long).to(probs.device)
+        one_hot = torch.nn.functional.one_hot(ruled.clamp(min=0), len(INTENTS)).to(probs.dtype)
+        return torch.where((ruled >= 0)[:, None], one_hot, probs)
 
-    def predict(self, embeddings: torch.Tensor) -> torch.Tensor:
+    def predict(self, embeddings: torch.Tensor, questions: list[str] | None = None) -> torch.Tensor:
         """[B, dim] embeddings -> LongTensor [B] of indices into INTENTS."""
-        return self.probabilities(embeddings).argmax(dim=-1)
+        return self.probabilities(embeddings, questions).argmax(dim=-1)
 
-    def predict_labels(self, embeddings: torch.Tensor) -> list[str]:
-        return [INTENTS[i] for i in self.predict(embeddings).tolist()]
+    def predict_labels(self, embeddings: torch.Tensor, questions: list[str] | None = None) -> list[str]:
+        return [INTENTS[i] for i in self.predict(embeddings, questions).tolist()]

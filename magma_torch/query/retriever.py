@@ -123,7 +123,7 @@ class Retriever:
         budget = self.cfg.budget_tokens if budget_tokens is None else budget_tokens
         q = self.embedder.encode(questions).to(snap.embeddings.device)
         started = time.perf_counter()
-        probs = self.intent_probs(q)
+        probs = self.intent_probs(q, questions)
         intents = self.intents(q, probs)
         windows = [question_time_window(text, t) for text, t in zip(questions, query_times)]
         if self.cfg.mode == "full_context" or snap.num_events == 0:
@@ -148,15 +148,17 @@ class Retriever:
     # times them one by one. Inference mode: nothing here is differentiated, and skipping
     # autograd's bookkeeping takes ~15% off a single question's many small tensor operations.
     @torch.inference_mode()
-    def intent_probs(self, q: torch.Tensor) -> torch.Tensor | None:
-        """[B, len(INTENTS)] intent probabilities; None without a classifier."""
-        return None if self.intent is None else self.intent.probabilities(q).to(q.device)
+    def intent_probs(self, q: torch.Tensor, questions: list[str] | None = None) -> torch.Tensor | None:
+        """[B, len(INTENTS)] intent probabilities; None without a classifier. With the question
+        texts, the classifier's lead-word rules apply too (see query/intent.py)."""
+        return None if self.intent is None else self.intent.probabilities(q, questions).to(q.device)
 
     @torch.inference_mode()
-    def intents(self, q: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
+    def intents(self, q: torch.Tensor, probs: torch.Tensor | None = None,
+                questions: list[str] | None = None) -> torch.Tensor:
         """[B] predicted intent indices (``probs`` from intent_probs when already computed);
         every question is ENTITY without a classifier."""
-        probs = self.intent_probs(q) if probs is None else probs
+        probs = self.intent_probs(q, questions) if probs is None else probs
         if probs is None:
             return torch.full((q.shape[0],), INTENTS.index("ENTITY"), dtype=torch.long, device=q.device)
         return probs.argmax(dim=-1)

