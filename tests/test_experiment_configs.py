@@ -16,18 +16,25 @@ DATA = ["dataset.path=/nonexistent/locomo.json"]  # composing never opens it
 
 
 def sweep_points(experiment: str) -> list[list[str]]:
-    """The override lists of every job of the grid, expanded as Hydra's basic sweeper does."""
+    """The override lists of every job of the grid, expanded as Hydra's basic sweeper does. For an
+    Optuna search space (no grid), one point per bound of each interval and per listed value."""
     cfg = compose("config", overrides=[f"+experiment={experiment}"] + DATA, return_hydra_config=True)
     assert cfg.hydra.mode.name == "MULTIRUN"
     parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()])
-    axes = [[f"{o.get_key_element()}={v}" for v in
-             (o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()])]
-            for o in parsed]
+
+    def values(o):
+        if o.is_interval_sweep():
+            return [str(o.value().start), str(o.value().end)]
+        return o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
+
+    axes = [[f"{o.get_key_element()}={v}" for v in values(o)] for o in parsed]
+    if "optuna" in cfg.hydra.sweeper._target_:
+        return [[point] for axis in axes for point in axis]
     return [list(p) for p in itertools.product(*axes)]
 
 
 def test_there_are_grids():
-    assert {"table1", "table4", "lambda_sweep"} <= set(EXPERIMENTS)
+    assert {"table1", "table4", "lambda_sweep", "tune_traversal"} <= set(EXPERIMENTS)
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)

@@ -64,14 +64,22 @@ def test_schema_constrained_json_validates(engine_run):
 
 
 def test_failures_stay_per_item(engine_run):
+    # Both failures have causes no sampling changes (a prompt over max_model_len; a schema whose
+    # shortest JSON needs more than max_tokens=3), so which items fail, and why, is fixed. What the
+    # model writes for the good item is not asserted: only that the engine ran it.
     too_long, short = engine_run["too_long"]
     assert "rejected by the engine" in too_long["error"] and "maximum context length" in too_long["error"]
     assert too_long["text"] == "" and too_long["completion_tokens"] == 0
-    assert short["error"] is None and short["text"].strip() and short["completion_tokens"] > 0
+    assert short["error"] is None and short["prompt_tokens"] > 0 and 0 < short["completion_tokens"] <= 8
     (cut,) = engine_run["cut_off"]       # max_tokens=3 cannot hold the JSON: retried, then failed
     assert cut["error"].startswith("after 3 attempts") and "finish_reason=length" in cut["error"]
     assert cut["completion_tokens"] == 9   # every attempt's tokens are counted
-    assert engine_run["usage"]["failures"] == 2
+    # Usage counts exactly the failed items of these calls (the consolidation's are counted apart:
+    # how many of its generations fail depends on what the model emits).
+    usage = engine_run["failure_usage"]
+    failed = [g for g in (too_long, short, cut) if g["error"] is not None]
+    assert failed == [too_long, cut] and usage["failures"] == len(failed)
+    assert usage["calls"] == 3 and usage["completion_tokens"] == short["completion_tokens"] + 9
 
 
 def test_llm_consolidation_through_vllm_is_batched_and_validated(engine_run):

@@ -60,6 +60,20 @@ def test_grid_through_the_submitit_launcher(cluster, tmp_path):
     assert list((sweep / ".submitit").rglob("*_log.out"))
 
 
+def test_optuna_trial_through_the_slurm_launcher(cluster, tmp_path):
+    optuna = pytest.importorskip("optuna", reason="the `tune` extra (hydra-optuna-sweeper) is not installed")
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(RUN + ["+experiment=tune_traversal", "hydra/launcher=slurm_local", "dataset=demo",
+                                 f"dataset.sample_ids=[{one_conversation()}]", "progress=false",
+                                 "hydra.sweeper.n_trials=1", "hydra.sweeper.n_jobs=1", f"hydra.sweep.dir={sweep}"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (trial,) = optuna.load_study(study_name="tune_traversal", storage=f"sqlite:///{sweep}/optuna.db").trials
+    m = json.loads((sweep / "0_demo_magma" / "metrics.json").read_text())
+    assert trial.value == m["overall"]["recall_all@2000tok"]   # returned from the Slurm job to the sweeper
+    assert list((sweep / ".submitit").rglob("*_submission.sh"))
+
+
 def test_refused_submission_is_one_line(cluster, tmp_path):
     proc = subprocess.run(RUN + ["-m", "hydra/launcher=slurm_local", "hydra.launcher.partition=no_such_partition",
                                  "dataset=demo", "memory=bm25", f"hydra.sweep.dir={tmp_path / 'sweep'}"],

@@ -87,9 +87,14 @@ def main(argv=None) -> None:
              [{"role": "system", "content": "You answer in JSON."},
               {"role": "user", "content": "Which city hosted the 2012 Olympics, and in which year?"}]],
             schema=SCHEMA, max_tokens=48))
+        # Failures for reasons sampling cannot change: a prompt over max_model_len, and a JSON
+        # schema that cannot fit in max_tokens=3. The usage counted over just these two calls is
+        # kept apart from the consolidation's, whose failures depend on what the model emits.
+        before = llm.usage.as_dict()
         out["too_long"] = gens_json(llm.generate(["word " * 4000, "Say hello."], max_tokens=8))
         out["cut_off"] = gens_json(llm.generate(["Which city hosted the 2012 Olympics?"], schema=SCHEMA,
                                                 max_tokens=3))
+        out["failure_usage"] = {k: v - before[k] for k, v in llm.usage.as_dict().items()}
         out["generate_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         out["consolidation"] = consolidation_pass(llm, args.events, args.batch_size)

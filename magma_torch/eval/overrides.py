@@ -4,8 +4,10 @@ Every override is checked against the composed config tree (conf/): a group's va
 one of its YAML options (``task=qaa``), a setting must exist (``memory.retrieval.beam.gama``)
 and its new value must have the type of the value it replaces (a number stays a number, a
 flag a boolean, a list a list). Sweeps (``memory=magma,bm25``, ``range(...)``) are checked
-value by value and every combination of group choices is composed. The first problem is
-raised as one line.
+value by value and every combination of group choices is composed; an optimiser's
+``interval(a,b)`` by its bounds. So is the sweeper's search space that an experiment sets
+(``hydra.sweeper.params`` of e.g. ``+experiment=tune_traversal``). The first problem is raised
+as one line.
 """
 from __future__ import annotations
 
@@ -32,10 +34,9 @@ class OverrideError(ValueError):
 def _values(o: Override) -> list:
     if not o.is_sweep_override():
         return [o.value()]
-    try:
-        return list(o.sweep_iterator())
-    except Exception:  # interval sweeps (optimisers) have no finite list of values to check
-        return []
+    if o.is_interval_sweep():  # an optimiser's range (Optuna): its bounds have the type of what it suggests
+        return [o.value().start, o.value().end]
+    return list(o.sweep_iterator())
 
 
 def _groups() -> set[str]:
@@ -87,8 +88,41 @@ def _check_setting(cfg: DictConfig, o: Override, variant: str) -> None:
                                 f"got {value!r}")
 
 
+def _search_space(cfg: DictConfig, groups: set[str], cli: Sequence[Override]) -> tuple[list[list[str]], list[Override]]:
+    """The sweeper's ``hydra.sweeper.params`` of a composed config (an experiment's grid or
+    Optuna search space) that the command line does not override, as group choices (one list
+    per group) and settings."""
+    params = OmegaConf.select(cfg, "hydra.sweeper.params")
+    if not params:
+        return [], []
+    given = {o.key_or_group for o in cli}
+    lines = [f"{k}={v}" for k, v in params.items() if k not in given]
+    try:
+        parsed = OverridesParser.create().parse_overrides(lines)
+    except HydraException as e:
+        raise OverrideError(f"hydra.sweeper.params: {str(e).strip().splitlines()[0]}") from None
+    choices, settings = [], []
+    for o in parsed:
+        if o.key_or_group in groups:
+            choices.append([f"{o.key_or_group}={v}" for v in _check_choice(o)])
+        else:
+            settings.append(o)
+    return choices, settings
+
+
+def _check_choice(o: Override) -> list:
+    options = group_options(o.key_or_group)
+    values = _values(o)
+    for value in values:
+        if value not in options:
+            raise OverrideError(f"unknown {o.key_or_group} {value!r} in override {o.input_line!r}; "
+                                f"options: {', '.join(options)}")
+    return values
+
+
 def check_overrides(argv: Sequence[str]) -> None:
-    """Raise OverrideError for the first bad override of a magma-run command line."""
+    """Raise OverrideError for the first bad override of a magma-run command line, or of the
+    sweeper's search space (``hydra.sweeper.params``) it composes."""
     args = get_args_parser().parse_args(list(argv))
     if args.config_name or args.config_path or args.config_dir:
         return  # another primary config: Hydra checks it against that one
@@ -101,12 +135,7 @@ def check_overrides(argv: Sequence[str]) -> None:
     choices, rest = [], []
     for o in overrides:
         if o.key_or_group in groups and not o.is_delete():
-            options = group_options(o.key_or_group)
-            for value in _values(o):
-                if value not in options:
-                    raise OverrideError(f"unknown {o.key_or_group} {value!r} in override {o.input_line!r}; "
-                                        f"options: {', '.join(options)}")
-            choices.append([f"{'+' if o.is_add() else ''}{o.key_or_group}={v}" for v in _values(o)])
+            choices.append([f"{'+' if o.is_add() else ''}{o.key_or_group}={v}" for v in _check_choice(o)])
         else:
             rest.append(o)
     # '+key' and '~key' are applied by Hydra itself; their problems come back as its message
@@ -117,10 +146,21 @@ def check_overrides(argv: Sequence[str]) -> None:
         GlobalHydra.instance().clear()
     with initialize_config_module(CONFIG_MODULE, version_base=None):
         for combo in itertools.product(*choices):
-            try:
-                cfg = compose("config", overrides=[*combo, *passed])
-            except (HydraException, OmegaConfBaseException) as e:
-                raise OverrideError(f"{' '.join(combo + tuple(passed))}: {str(e).strip().splitlines()[0]}") from None
+            cfg = _compose([*combo, *passed], hydra=True)
             variant = f" (with {' '.join(combo)})" if len(choices) and any(len(c) > 1 for c in choices) else ""
             for o in settings:
                 _check_setting(cfg, o, variant)
+            # The sweeper's search space (an experiment's hydra.sweeper.params), less what the command line sets
+            space_choices, space_settings = _search_space(cfg, groups, overrides)
+            for sub in itertools.product(*space_choices):
+                point = _compose([*combo, *sub, *passed]) if sub else cfg
+                where = " ".join(combo + sub)
+                for o in space_settings:
+                    _check_setting(point, o, f" (hydra.sweeper.params{' with ' + where if where else ''})")
+
+
+def _compose(overrides: list[str], hydra: bool = False) -> DictConfig:
+    try:
+        return compose("config", overrides=overrides, return_hydra_config=hydra)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise OverrideError(f"{' '.join(overrides)}: {str(e).strip().splitlines()[0]}") from None

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from magma_torch.store.persistence import fsync_dir, write_synced
 
 # Settings that may change between a run and its resumption: they do not change the results.
-RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit")
+RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective")
 
 
 class RunFolderError(ValueError):

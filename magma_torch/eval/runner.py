@@ -355,14 +355,25 @@ def format_table(metrics: dict) -> str:
 register_slurm_launcher()   # hydra/launcher=slurm, slurm_local
 
 
+def objective_value(metrics: dict, key: str) -> float | None:
+    """The ``overall`` metric a sweeper optimises (config ``objective``); None when no question counts in it."""
+    if key not in metrics["overall"]:
+        raise ConfigError(f"objective={key} is not a metric of this run; its overall metrics: "
+                          f"{', '.join(k for k in metrics['overall'] if not k.startswith('n'))}")
+    return metrics["overall"][key]
+
+
 @hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)
-def hydra_main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> float | None:
+    """One run; returns its objective (``cfg.objective`` of metrics.json's ``overall`` block),
+    the value a Hydra sweeper such as Optuna's optimises."""
     out = Path(cfg.out_dir)
     # Raised in the main thread: the run unwinds, closing its memory and files; what finished is on disk.
     _Stop.requested = False
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         metrics = run(cfg, out)
+        value = objective_value(metrics, cfg.objective)
     except (Terminated, KeyboardInterrupt) as err:
         # (libraries may re-wrap the exception on its way up, so its type says which signal it was)
         sig = signal.SIGTERM if isinstance(err, Terminated) else signal.SIGINT
@@ -377,6 +388,7 @@ def hydra_main(cfg: DictConfig) -> None:
         signal.signal(signal.SIGTERM, previous)
     print(format_table(metrics))
     print(f"run folder: {out}")
+    return value
 
 
 def main() -> None:

@@ -5,14 +5,23 @@ or, for a consolidator that sets ``needs_graph``, its ``hops``-hop graph neighbo
 asks the consolidator (heuristic or LLM) for entity mentions and causal links, validates
 them and writes them. Every queued event ends ``consolidated`` or ``failed`` with a
 reason; a proposal with an ``error`` fails just its own event.
+
+A script may end without closing its memory. The worker thread is a daemon, and an
+``atexit`` hook stops every open worker after the batch it has in flight, before the
+interpreter finalises: a daemon thread still inside native code (a torch op that released the
+GIL) at finalisation is killed on its way back into Python, and unwinding its C++ frames ends
+the process in ``std::terminate`` (exit status 134). Events still queued then stay pending,
+unconsolidated; a durable memory's are in its write-ahead log and are queued again on reopen.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import numbers
 import operator
 import re
 import threading
+import weakref
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +36,14 @@ from magma_torch.store.store import MemoryStore
 
 log = logging.getLogger(__name__)
 _WORD = re.compile(r"\w+(?:['-]\w+)*")
+_RUNNING: "weakref.WeakSet[SlowPathWorker]" = weakref.WeakSet()   # workers with a live thread
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """Stop every worker still running at interpreter exit, after its batch in flight (see above)."""
+    for worker in list(_RUNNING):
+        worker.close(finish_queue=False)
 
 
 class Consolidator(Protocol):
@@ -53,10 +70,12 @@ class SlowPathWorker:
         self._inflight = 0
         self._holds = 0  # paused() callers: no new batch starts while any is waiting or inside
         self._stop = False
+        self._abandon = False   # stop without consolidating the queue (interpreter exit)
         self._thread = None
         if background:
             self._thread = threading.Thread(target=self._run, name="magma-slow-path", daemon=True)
             self._thread.start()
+            _RUNNING.add(self)
 
     def submit(self, ids: Sequence[int]) -> None:
         with self._cv:
@@ -122,18 +141,22 @@ class SlowPathWorker:
             self._cv.notify_all()
             return n
 
-    def close(self) -> None:
+    def close(self, finish_queue: bool = True) -> None:
+        """Stop the background thread: after consolidating the queue, or with ``finish_queue``
+        False after the batch in flight (queued events stay pending)."""
         with self._cv:
             self._stop = True
+            self._abandon = self._abandon or not finish_queue
             self._cv.notify_all()
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+        _RUNNING.discard(self)
 
     def _run(self) -> None:
         while True:
             with self._cv:
                 self._cv.wait_for(lambda: (self.queue and not self._holds) or self._stop)
-                if self._stop and not self.queue:
+                if self._stop and (not self.queue or self._abandon):
                     return
             self._step()
 
