@@ -16,7 +16,8 @@ from magma_torch.explain.printable import printable
 from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref, split_relation
 from magma_torch.explain.terminal import describe_reason
 
-RELATION_COLOURS = {"temporal": "#1f77b4", "semantic": "#2ca02c", "causal": "#d62728", "entity": "#9467bd"}
+RELATION_COLOURS = {"temporal": "#1f77b4", "semantic": "#2ca02c", "causal": "#d62728", "entity": "#9467bd",
+                    "episode": "#ff7f0e"}
 ANCHOR_FILL, EVENT_FILL = "#ffc94d", "#dbe6f6"
 COL, ROW, RADIUS = 46, 112, 15              # px per event column, per depth row; node radius
 GUTTER, TOP, LABELS = 118, 36, 120          # left row labels, space above, room for rotated labels

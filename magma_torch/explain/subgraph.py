@@ -74,6 +74,7 @@ def event_ref(node: RetrievedNode) -> str:
 
 
 def split_relation(relation: str) -> tuple[str, str | None]:
-    """"entity:<name>" -> ("entity", name); any other relation -> (relation, None)."""
+    """"entity:<name>" -> ("entity", name), "episode:<start>" -> ("episode", start); any other
+    relation -> (relation, None)."""
     kind, _, entity = relation.partition(":")
     return kind, entity or None

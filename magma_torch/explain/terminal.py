@@ -29,7 +29,7 @@ def describe_reason(ex: Explanation, n: ShownNode) -> str:
     e = n.reached_by
     kind, entity = split_relation(e.relation)
     src = next(m.node for m in ex.nodes if m.node.id == e.src)   # shown: paths are kept whole
-    via = f" via entity {entity}" if entity else ""
+    via = f" via {kind} {entity}" if entity else ""
     return f"{kind} edge{via} from {event_ref(src)}"
 
 

@@ -21,10 +21,10 @@ from magma_torch.query.anchors import (Anchors, ContextConfig, EpisodeSignalConf
                                        context_scores, episode_ranking, rrf_fuse, time_ranking)
 from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
-from magma_torch.query.linearize import linearize, render_blocks
+from magma_torch.query.linearize import format_time, linearize, render_blocks
 from magma_torch.query.segment import top_ids
 from magma_torch.query.similarity import Similarity, SimilarityConfig
-from magma_torch.store.graph import RELATIONS, TRAVERSED
+from magma_torch.store.graph import TRAVERSED
 from magma_torch.store.store import StoreSnapshot
 from magma_torch.text import count_tokens
 
@@ -75,7 +75,7 @@ class RetrievedNode:
 class PathEdge:
     src: int
     dst: int
-    relation: str                      # "temporal" | "semantic" | "causal" | "entity:<name>"
+    relation: str                      # "temporal" | "semantic" | "causal" | "entity:<name>" | "episode:<start>"
     score: float
 
 
@@ -302,8 +302,13 @@ def _node(rows, event: int, score: float, tokens: int) -> RetrievedNode:
 
 
 def _relation_name(rel: int, via: int, snap: StoreSnapshot) -> str:
-    name = RELATIONS[rel]
-    return f"{name}:{snap.entity_names[via]}" if via >= 0 else name
+    """"entity:<name>" and "episode:<its start time>" for hops through a node, else the relation."""
+    name = TRAVERSED[rel]
+    if via < 0:
+        return name
+    if name == "episode":
+        return f"episode:{format_time(snap.rows[int(snap.episode_first[via])].timestamp)}"
+    return f"{name}:{snap.entity_names[via]}"
 
 
 def _utc(t: datetime) -> float:

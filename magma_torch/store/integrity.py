@@ -10,6 +10,9 @@
   (``prev``/``next`` agree, timestamps never go backwards) and every event but a
   stream's first has exactly one;
 - causal: no self-loops, no duplicates, no cycle;
+- episodes: every event is in one episode of its stream, an episode is a run of consecutive
+  events of its stream (first .. last, size), the membership edges say the same, the episode
+  chain joins each stream's episodes in order, and episode embeddings sum their members';
 - traversal views: the CSR snapshots hold exactly the edges of the edge tensors;
 - derived columns: the half-precision scan copy and the chain cosines match the embeddings.
 """
@@ -33,7 +36,8 @@ def problems(store: MemoryStore) -> list[str]:
         out = _counts(store)
         if out:  # the checks below index columns by event id
             return out
-        return out + _edges(store) + _temporal(store) + _causal(store) + _views(store) + _derived(store)
+        return (out + _edges(store) + _temporal(store) + _causal(store) + _episodes(store) + _views(store)
+                + _derived(store))
 
 
 def _counts(store: MemoryStore) -> list[str]:
@@ -41,11 +45,19 @@ def _counts(store: MemoryStore) -> list[str]:
     out = [f"events.{name} has {len(col)} rows for {n} events"
            for name, col in (("embeddings", ev.embeddings), ("timestamps", ev.timestamps),
                              ("date_spans", ev.date_spans), ("prev", ev.prev), ("next", ev.next),
-                           ("scan_embeddings", ev.scan_embeddings), ("chain_dots", ev.chain_dots))
+                           ("scan_embeddings", ev.scan_embeddings), ("chain_dots", ev.chain_dots),
+                           ("episode", ev.episode))
            if len(col) != n]
     out += [f"{name} holds {size} events, the table {n}"
             for name, size in (("vector index", len(store.vector_index)), ("keyword index", len(store.keyword_index)))
             if size != n]
+    p = len(store.episodes)
+    out += [f"episodes.{name} has {len(col)} rows for {p} episodes"
+            for name, col in (("sums", store.episodes.sums), ("first", store.episodes.first),
+                              ("last", store.episodes.last), ("size", store.episodes.size))
+            if len(col) != p]
+    if len(store.episode_keywords) != p:
+        out.append(f"the episode keyword index holds {len(store.episode_keywords)} episodes, the table {p}")
     m = len(en)
     out += [f"entities.{name} has {len(col)} entries for {m} entities"
             for name, col in (("embeddings", en.embeddings), ("kinds", en.kinds), ("surfaces", en.surfaces))
@@ -59,10 +71,11 @@ def _counts(store: MemoryStore) -> list[str]:
 
 
 def _edges(store: MemoryStore) -> list[str]:
-    n, m, out = len(store.events), len(store.entities), []
+    n, m, p, out = len(store.events), len(store.entities), len(store.episodes), []
     for rel, (src, dst, w) in ((r, store.graph.edges(r)) for r in store.graph.counts()):
-        dst_limit = m if rel == "entity" else n
-        bad = (src < 0) | (src >= n) | (dst < 0) | (dst >= dst_limit) | ~torch.isfinite(w)
+        src_limit = p if rel == "episode_chain" else n
+        dst_limit = {"entity": m, "episode": p, "episode_chain": p}.get(rel, n)
+        bad = (src < 0) | (src >= src_limit) | (dst < 0) | (dst >= dst_limit) | ~torch.isfinite(w)
         if bad.any():
             i = int(bad.nonzero()[0])
             out.append(f"{rel} edge {i} ({int(src[i])} -> {int(dst[i])}, weight {float(w[i])}) is invalid; "
@@ -100,13 +113,47 @@ def _causal(store: MemoryStore) -> list[str]:
     return out
 
 
+def _episodes(store: MemoryStore) -> list[str]:
+    ev, ep, out = store.events, store.episodes, []
+    episode, nxt = ev.episode.data.cpu().tolist(), ev.next.data.cpu().tolist()
+    first, last, size = (col.data.cpu().tolist() for col in (ep.first, ep.last, ep.size))
+    p = len(ep)
+    bad = [i for i, e in enumerate(episode) if not 0 <= e < p or ev.rows[i].stream != ep.streams[e]]
+    out += [f"event {i} is in episode {episode[i]}, not one of its stream's" for i in bad[:5]]
+    if bad:
+        return out
+    members = Counter(episode)
+    for e in range(p):
+        run, cur = [], first[e]
+        while cur >= 0 and cur < len(episode) and episode[cur] == e:
+            run.append(cur)
+            cur = nxt[cur]
+        if not run or run[-1] != last[e] or len(run) != size[e] or members[e] != size[e]:
+            out.append(f"episode {e} is not the run of its stream's events {first[e]}..{last[e]} ({size[e]} events)")
+    src, dst, _ = store.graph.edges("episode")
+    if sorted(zip(src.tolist(), dst.tolist())) != list(enumerate(episode)):
+        out.append("the event -> episode edges differ from the events' episodes")
+    order: dict[str, list[int]] = {}
+    for e in range(p):
+        order.setdefault(ep.streams[e], []).append(e)
+    want = sorted((a, b) for eps in order.values() for a, b in zip(eps, eps[1:]))
+    src, dst, _ = store.graph.edges("episode_chain")
+    if sorted(zip(src.tolist(), dst.tolist())) != want:
+        out.append("the episode chain does not join each stream's episodes in order")
+    sums = torch.zeros_like(ep.sums.data).index_add_(0, ev.episode.data, ev.embeddings.data.to(ep.sums.data.dtype))
+    if not torch.allclose(sums, ep.sums.data, atol=1e-4):
+        out.append("episodes.sums differ from the sums of their events' embeddings")
+    return out
+
+
 def _views(store: MemoryStore) -> list[str]:
-    n, m = len(store.events), len(store.entities)
-    snap = store.graph.snapshot(n, m)
+    n, m, p = len(store.events), len(store.entities), len(store.episodes)
+    snap = store.graph.snapshot(n, m, p)
     counts = store.graph.counts()
     expected = {"event_adj": 2 * (counts["temporal"] + counts["semantic"] + counts["causal"]),
-                "event_entity": counts["entity"], "entity_event": counts["entity"]}
-    rows = {"event_adj": n, "event_entity": n, "entity_event": m}
+                "event_entity": counts["entity"], "entity_event": counts["entity"],
+                "event_episode": counts["episode"], "episode_event": counts["episode"]}
+    rows = {"event_adj": n, "event_entity": n, "entity_event": m, "event_episode": n, "episode_event": p}
     out = []
     for name, want in expected.items():
         view = getattr(snap, name)
