@@ -151,6 +151,7 @@ prefer learn teach hate continue do get""".split())
 _NOT_ACTIVITIES = frozenset("""push work try follow reach chase grow learn help stay move hang talk chat
 wait live improve smile shine fight rock believe inspire create share spread practice grind hustle
 """.split())
+_NAME_LINKS = frozenset({"of", "the", "and", "de", "van", "von", "la", "le"})
 _NAMED_KINDS = {"PERSON": "person", "GPE": "place", "LOC": "place", "FAC": "place", "ORG": "org",
                 "NORP": "group", "PRODUCT": "object", "WORK_OF_ART": "work", "EVENT": "event",
                 "LANGUAGE": "other"}
@@ -214,12 +215,13 @@ class _Stream:
     def speaker_words(self) -> set[str]:
         return {w for s in self.speakers for w in s.split()}
 
-    def is_speaker(self, key: str) -> bool:
-        """The name of a speaker, one of its words, or a short form of exactly one speaker's first name."""
+    def is_speaker(self, key: str, short: bool = True) -> bool:
+        """The name of a speaker, one of its words, or (`short`, for names) a short form of
+        exactly one speaker's first name ("Mel" for "Melanie")."""
         words = self.speaker_words()
         if key in self.speakers or key in words:
             return True
-        if " " in key or len(key) < 2:
+        if not short or " " in key or len(key) < 2:
             return False
         return len([w for w in words if w.startswith(key)]) == 1
 
@@ -279,14 +281,21 @@ class HeuristicConsolidator:
             kind = _NAMED_KINDS.get(ent.label_)
             if kind is None:
                 continue
-            toks = list(ent)
+            start = ent.start
+            # A title the small model cut short: "The Lord of the [Rings]".
+            while start > 0 and (doc[start - 1].pos_ == "PROPN" and doc[start - 1].is_title or
+                                 doc[start - 1].lower_ in _NAME_LINKS and start > 1 and
+                                 (doc[start - 2].pos_ == "PROPN" and doc[start - 2].is_title
+                                  or doc[start - 2].lower_ in _NAME_LINKS)):
+                start -= 1
+            toks = list(doc[start:ent.end])
             # Trim determiners, possessives, punctuation and interjections at either end ("Yep John").
             while toks and (toks[0].pos_ in ("DET", "PUNCT", "INTJ", "PART") or toks[0].lower_ in _NON_NAMES):
                 toks.pop(0)
             while toks and (toks[-1].pos_ in ("PUNCT", "PART") or toks[-1].lower_ in _NON_NAMES
                             or toks[-1].lower_ in ("'s", "'")):
                 toks.pop()
-            if not toks or not any(t.pos_ == "PROPN" or t.text[:1].isupper() for t in toks):
+            if not toks or not any(t.pos_ == "PROPN" for t in toks):   # "Violins are old" is a noun
                 continue
             if len(toks) == 1 and toks[0].is_sent_start and toks[0].lower_ in st.lower:
                 continue                  # "Pottery is fun": a common word opening a sentence
@@ -295,7 +304,7 @@ class HeuristicConsolidator:
                 continue
             if kind == "person" and len(toks) == 1 and self._vocative(doc, toks[0]):
                 continue                  # "Hey Mel!", "Thanks, Jo.": addresses the other speaker
-            used.update(t.i for t in ent)
+            used.update(t.i for t in toks)
             if kind == "person":
                 key = self._person_key(st, key)
             out.append((key, kind, " ".join(t.text for t in toks)))
@@ -325,6 +334,11 @@ class HeuristicConsolidator:
         speaker_words = st.speaker_words()
         for chunk in doc.noun_chunks:
             root = chunk.root
+            for t in chunk:
+                # A possessor inside the chunk ("my sister's violin", "the dogs' toys").
+                if t.dep_ == "poss" and t.pos_ == "NOUN" and t.i not in used and self._noun_ok(t):
+                    lem = t.lemma_.lower()
+                    out.append((lem, "person" if lem in _PERSON_NOUNS else "object", t.text))
             if root.pos_ != "NOUN" or root.i in used or not root.is_alpha:
                 continue
             comps = []
@@ -345,7 +359,15 @@ class HeuristicConsolidator:
                 out.append((head, kind, root.text))
         for t in doc:
             # Gerunds as activities: "go camping", "I love running", "started painting", "running or reading".
-            if t.tag_ != "VBG" or not t.is_alpha or t.i in used:
+            if not t.is_alpha or t.i in used:
+                continue
+            if t.tag_ == "NN" and t.lower_.endswith("ing") and len(t) > 5:
+                # "Camping trips" -> camping; "went camping" parsed as a noun
+                if t.dep_ == "compound" or t.head.lemma_.lower() in _ACTIVITY_HEADS and t.head.pos_ == "VERB":
+                    if t.lower_ not in GENERIC_NOUNS:
+                        out.append((t.lower_, "activity", t.text))
+                continue
+            if t.tag_ != "VBG":
                 continue
             gov = t
             while gov.dep_ == "conj" and gov.head is not gov:
@@ -384,7 +406,7 @@ class HeuristicConsolidator:
         ready: list[tuple[int, int, int, str, str, str]] = []
         below: list[tuple[str, str, str]] = []
         for pos, (key, kind, surface) in enumerate(self._phrases(st, doc, used)):
-            if key in seen:
+            if key in seen or st.is_speaker(key, short=False):
                 continue
             seen.add(key)
             count = st.counts.get(key, 0) + 1
@@ -537,12 +559,22 @@ class HeuristicConsolidator:
         if asked:
             cue = reasons[0][0] if reasons else ""
             add(prev, 0.9 if reasons else 0.75, f"why-answer:{cue}" if cue else "why-answer")
-        # 2. A result cue opening the turn: the previous turn is the cause.
+        # 2. A result cue opening the turn: the turn it points back to is the cause, the
+        # statement of the window sharing most content lemmas with this turn (the most recent
+        # on ties), else the previous turn when it states something.
         cue = self._result_hit(p, speakers)
-        if cue is not None and pp.stated and not (asked and prev.id in best):
+        if cue is not None and not (asked and prev.id in best):
+            mine = p.stated - speakers
+            pick, shared = None, 0
+            for c in reversed(window):
+                k = len(mine & self._parsed[c.id].stated)
+                if k > shared:
+                    pick, shared = c, k
             weak = cue in self._weak
-            if not weak or (p.stated & pp.stated) - speakers:
-                add(prev, 0.55 if weak else 0.8, cue)
+            if pick is None and not weak and pp.stated:
+                pick = prev
+            if pick is not None:
+                add(pick, 0.55 if weak else 0.8, cue)
         # 3. A reason clause that restates an earlier turn: that turn is the cause.
         for cue, (a, b) in reasons:
             q = self._lemmas_between(p, a, b) - speakers
