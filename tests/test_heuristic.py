@@ -230,3 +230,45 @@ def test_proposal_fields():
     _, props = run(CONVERSATION)
     assert [p.event_id for p in props] == list(range(len(CONVERSATION)))
     assert [f.name for f in fields(props[0])] == ["event_id", "entities", "causal"]
+
+
+# Four explicit "because" sentences in a small made-up chat: each reason is tied to an earlier turn.
+BECAUSE_CHAT = [
+    ("Anna", "My landlord raised the rent again and the flat is too expensive now."),        # 0
+    ("Ben", "Oh no. Why don't you look for another place?"),                                 # 1
+    ("Anna", "I'm moving to Leeds because the rent in this flat is too expensive."),          # 2: reason restates 0
+    ("Ben", "Why Leeds, of all places?"),                                                     # 3
+    ("Anna", "Because my sister lives there and she found me a cheap flat."),                 # 4: answers 3
+    ("Ben", "I started painting last year."),                                                 # 5
+    ("Anna", "What made you start painting?"),                                                # 6
+    ("Ben", "I started painting because it calms me after long shifts at the hospital."),    # 7: answers 6
+    ("Anna", "My sister found me a cheap flat in Leeds, so I can save money."),              # 8
+    ("Ben", "That's great. I'm saving money because the flat in Leeds is cheap."),            # 9: reason restates 8
+]
+
+
+def test_because_sentences_link_to_the_turn_they_concern():
+    _, props = run(BECAUSE_CHAT)
+    got = {(l.cause, l.effect): l.cue for p in props for l in p.causal}
+    assert got.get((0, 2)) == "because"                     # the rent turn is the cause of the move
+    assert got.get((3, 4)) == "why-answer:because"          # the question and the reason that answers it
+    assert got.get((6, 7)) == "why-answer:because"
+    assert (8, 9) in got and got[(8, 9)] == "because"
+    assert (1, 2) not in got                                 # "why don't you ..." is a suggestion
+    for (c, e) in got:
+        assert c < e                                         # cause strictly earlier
+    assert all(p.causal == [] for p in props if p.event_id in (0, 1, 3, 5, 6))
+
+
+def test_no_link_from_a_later_to_an_earlier_event():
+    """Whatever the context holds (later events, the event itself, other streams), every
+    link runs from a strictly earlier event of the same stream to the proposing event."""
+    evs = events(BECAUSE_CHAT)
+    other = events([("Zed", "Because the rent is too expensive I moved.")], stream="t", start=100)
+    ctx = {e.id: evs + other for e in evs}                   # includes later events and itself
+    props = HeuristicConsolidator().propose(evs, ctx)
+    found = [l for p in props for l in p.causal]
+    assert found
+    for p in props:
+        for l in p.causal:
+            assert l.effect == p.event_id and l.cause < l.effect and l.cause < 100

@@ -464,7 +464,8 @@ class HeuristicConsolidator:
             if is_q:
                 questions.append(low[s.start_char:s.end_char])
             for t in s:
-                lem = t.lemma_.lower()
+                # Names keep their form ("Leeds", whether tagged PROPN or not).
+                lem = t.lower_ if t.pos_ == "PROPN" or t.is_title and not t.is_sent_start else t.lemma_.lower()
                 if (t.pos_ in _CONTENT_POS and t.is_alpha and len(lem) >= 3 and not t.is_stop
                         and lem not in _WEAK_LEMMAS and lem not in GENERIC_NOUNS and lem not in _NON_NAMES):
                     lemmas.append((t.idx, lem))
