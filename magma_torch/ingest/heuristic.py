@@ -115,7 +115,8 @@ _KIN = "mom mum mommy dad daddy mama papa grandma grandpa granny nana sis bro".s
 _NON_NAMES = frozenset(_PRONOUNS + _DAYS_MONTHS + _INTERJECTIONS + _KIN)
 
 # Nouns too generic to be an entity on their own (lemmas). They still head a compound
-# ("support group", "dance class"). Chosen by reading the most frequent nouns of chat text.
+# ("support group", "dance class"). Chosen by reading the most frequent nouns of chat text
+# and of image captions ("[shares an image: a man sitting at a table]").
 GENERIC_NOUNS = frozenset("""
 thank thanks congrat congratulation time times lot lots way thing stuff difference life love
 moment fun dream pic pics picture photo photos experience joy day night morning evening week
@@ -133,6 +134,7 @@ case example fact rest lesson look glimpse sight feel touch tear smile laugh hug
 something anything everything nothing someone anyone everyone anybody somebody everybody
 excitement fact group place places friend friends buddy pal stuff everyday lifetime care doubt gut
 load chapter issue voice event cause reaction conversation backing outlet expression empathy ally thinkin
+image photography background man woman girl boy table closeup close
 """.split())
 # Abstract nouns ("kindness", "positivity", "acceptance") name no thing of their own; they still
 # take part in compounds ("LGBTQ community").
