@@ -562,17 +562,20 @@ class HeuristicConsolidator:
         if asked:
             cue = reasons[0][0] if reasons else ""
             add(prev, 0.9 if reasons else 0.75, f"why-answer:{cue}" if cue else "why-answer")
-        # 2. A result cue opening the turn: the turn it points back to is the cause, the
-        # statement of the window sharing most content lemmas with this turn (the most recent
-        # on ties), else the previous turn when it states something.
+        # 2. A result cue opening the turn: the turn it points back to is the cause: the
+        # previous turn when it shares a content lemma with this one, else the statement of the
+        # window sharing most (at least `min_shared`; the most recent on ties), else the
+        # previous turn when it states something.
         cue = self._result_hit(p, speakers)
         if cue is not None and not (asked and prev.id in best):
             mine = p.stated - speakers
             pick, shared = None, 0
             for c in reversed(window):
                 k = len(mine & self._parsed[c.id].stated)
-                if k > shared:
+                if k > shared and (c is prev or k >= self.min_shared):
                     pick, shared = c, k
+                if c is prev and k:
+                    break                 # the previous turn, when it shares a word, is what "that" means
             weak = cue in self._weak
             if pick is None and not weak and pp.stated:
                 pick = prev
