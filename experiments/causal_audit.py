@@ -4,8 +4,9 @@
 
 Feeds every conversation's turns to `HeuristicConsolidator` the way the slow-path worker
 does (batches of 64, each turn with the up-to-6 preceding turns of its conversation),
-prints the counts (turns, causal links, links per 1,000 turns, entity nodes, event-entity
-edges, mean/max entity degree, links per cue) and a seeded random sample of kept links as
+prints the counts (turns, causal links, links per 1,000 turns, entity nodes and
+event-entity edges summed over one memory per conversation, as `magma-run` builds them,
+mean/max entity degree, links per cue) and a seeded random sample of kept links as
 Markdown, cause and effect text side by side, for a person to judge.
 """
 from __future__ import annotations
@@ -30,7 +31,9 @@ def run(path: str, batch: int = 64, window: int = 6):
         chunk = views[b:b + batch]
         ctx = {v.id: [u for u in views[max(0, v.id - window):v.id] if u.stream == v.stream] for v in chunk}
         props += hc.propose(chunk, ctx)
+    # One memory per conversation (as magma-run builds them): an entity node is (conversation, name).
     mentions = [(p.event_id, m.name) for p in props for m in p.entities] + [(e, m.name) for e, m in hc.backfill()]
+    mentions = [(e, (views[e].stream, name)) for e, name in mentions]
     links = [link for p in props for link in p.causal]
     return turns, set(mentions), links
 
