@@ -220,7 +220,7 @@ def test_yaml_config_instantiates_the_defaults():
     default = HeuristicConsolidator()
     assert isinstance(from_yaml, HeuristicConsolidator)
     for name in ("window", "min_phrase_count", "max_entities_per_event", "max_causal_per_event",
-                 "min_overlap", "min_shared", "cues"):
+                 "min_overlap", "min_shared", "lead_words", "cues"):
         assert getattr(from_yaml, name) == getattr(default, name), name
     evs = events(CONVERSATION)
     assert from_yaml.propose(evs, contexts(evs)) == default.propose(evs, contexts(evs))

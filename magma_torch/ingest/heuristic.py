@@ -398,10 +398,7 @@ class HeuristicConsolidator:
         used: set[int] = set()
         cap = self.max_entities_per_event
         for key, kind, surface in self._named(st, doc, used):
-            if kind == "person" and " " not in key:
-                st.names.setdefault(key, kind)
-            elif kind == "person":
-                st.names.setdefault(key, kind)
+            st.names.setdefault(key, kind)
             if key not in seen and len(out) < cap:
                 seen.add(key)
                 out.append(EntityMention(key, kind, surface))
