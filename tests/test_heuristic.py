@@ -40,49 +40,47 @@ def names(prop, kind=None):
     return [m.name for m in prop.entities if kind is None or m.kind == kind]
 
 
-def test_speaker_and_names():
+def test_speakers_are_not_entities_names_are():
     _, props = run([("Caroline", "I went to a LGBTQ support group yesterday."),
                     ("Melanie", "Hey Caroline! Caroline's story moved me. In May I met Max on Monday. Wow, Thanks!"),
                     ("Melanie", "I read The Lord of the Rings with Max's brother Oliver.")])
-    assert names(props[0], "speaker") == ["caroline"]
-    assert names(props[0], "name") == ["lgbtq"]
-    assert names(props[1], "speaker") == ["melanie"]
-    assert names(props[1], "name") == ["caroline", "max"]          # possessive stripped, no dupes
-    assert {"lord of the rings", "max", "oliver"} <= set(names(props[2], "name"))
     everything = {n for p in props for n in names(p)}
-    assert not everything & {"i", "hey", "wow", "thanks", "may", "monday", "in", "the"}
+    assert not everything & {"caroline", "melanie", "i", "hey", "wow", "thanks", "may", "monday", "in", "the"}
+    assert "max" in names(props[1], "person")                       # possessive stripped, no speaker
+    assert {"max", "oliver"} <= set(names(props[2], "person"))
+    assert any("lord of the rings" in n for n in names(props[2]))
+    assert "lgbtq support group" in names(props[0])
 
 
-def test_short_form_of_speaker_name_maps_to_speaker():
-    _, props = run([("Melanie", "Hi!"), ("Caroline", "Good to see you, Mel!")])
-    assert names(props[1], "name") == ["melanie"]
+def test_short_form_of_speaker_is_dropped_and_of_a_person_maps_to_them():
+    _, props = run([("Melanie", "Hi!"), ("Caroline", "Good to see you, Mel! My friend Jonathan visited."),
+                    ("Melanie", "Did Jonathan like the city?"), ("Caroline", "Oh yes, Jon loved it.")])
+    assert names(props[1], "person") == ["jonathan"]
+    assert names(props[3], "person") == ["jonathan"]                # "Jon" is the Jonathan the chat named
+    assert not {"mel", "melanie", "caroline"} & {n for p in props for n in names(p)}
 
 
-def test_phrase_threshold_and_backfill_across_batches():
+def test_canonical_keys_case_plural_lemma_possessive():
+    _, props = run([("Anna", "My Violins are old."), ("Ben", "My sister's violin is new."),
+                    ("Anna", "We went camping and I love Camping trips."), ("Ben", "The dogs' toys were everywhere.")])
+    assert "violin" in names(props[0]) and "violin" in names(props[1])
+    assert [m.surface for m in props[0].entities if m.name == "violin"] == ["Violins"]    # as written
+    assert "camping" in names(props[2], "activity") and "camping trip" in names(props[2])
+    assert {"dog", "toy"} <= set(names(props[3]))
+    assert "sister" in names(props[1], "person")
+
+
+def test_instruments_from_two_sessions_are_entities_linked_to_their_events():
     hc = HeuristicConsolidator()
-    first = events([("Caroline", "I joined a support group for painting.")])
-    (p0,) = hc.propose(first, contexts(first))
-    assert names(p0, "phrase") == []                                # seen once: not yet an entity
-    assert hc.backfill() == []
-    second = events([("Melanie", "How is the support group going?")], start=1)
-    (p1,) = hc.propose(second, {1: first})
-    assert "support group" in names(p1, "phrase")
-    back = hc.backfill()
-    assert (0, "support group") in [(eid, m.name) for eid, m in back]
-    assert all(eid == 0 and m.kind == "phrase" for eid, m in back)
-    assert "paint" not in [m.name for _, m in back]                 # still below threshold
-    assert hc.backfill() == []                                      # drained
-
-
-def test_backfill_inside_one_batch_goes_into_the_proposal():
-    _, props = run([("Caroline", "I joined a support group."), ("Melanie", "Tell me about the support group.")])
-    assert "support group" in names(props[0], "phrase") and "support group" in names(props[1], "phrase")
-
-
-def test_generic_words_are_not_entities():
-    _, props = run([("A", "That is a really good thing, great time with people."),
-                    ("B", "Really good thing, great time with people, something else.")])
-    assert names(props[1], "phrase") == []
+    s1 = events([("Caroline", "How do you relax?"),
+                 ("Melanie", "I'm carving out some me-time each day - running, reading, or playing my violin.")])
+    s2 = events([("Caroline", "Nice to see you again!"),
+                 ("Melanie", "I started playing the clarinet when I was young, it's how I express myself.")], start=2)
+    p1 = hc.propose(s1, contexts(s1))
+    p2 = hc.propose(s2, {2: s1, 3: s1 + s2[:1]})
+    assert ("violin", "object") in [(m.name, m.kind) for m in p1[1].entities]
+    assert ("clarinet", "object") in [(m.name, m.kind) for m in p2[1].entities]
+    assert not any(names(p) for p in (p1[0], p2[0]))
 
 
 BAKERY = [("Anna", "My bakery closed down last month and I lost my job."),
@@ -136,9 +134,10 @@ def test_why_question_answer():
              ("Ben", "Why did you start volunteering there?"),
              ("Anna", "Because the animal shelter found my neighbor's dog when it got lost.")]
     _, props = run(turns)
-    assert links(props) == [(0, 3)]
-    assert props[3].causal[0].cue == "why-answer:because"
-    assert props[3].causal[0].confidence > 0.7
+    # question -> its answer, and the turn the "because" clause restates -> the answer
+    assert sorted(links(props)) == [(0, 3), (2, 3)]
+    why = [l for l in props[3].causal if l.cause == 2][0]
+    assert why.cue == "why-answer:because" and why.confidence > 0.7
 
 
 def test_no_cue_no_link():
@@ -176,8 +175,11 @@ def test_entity_cap_holds_for_proposals_and_backfill():
              ("Anna", "Dog walks, cat food, bird songs, fish tanks and horse rides, Jack!")]
     hc, props = run(turns, max_entities_per_event=3)
     assert all(len(p.entities) <= 3 for p in props)
-    assert names(props[0]) == ["anna", "carl", "dana"]   # speaker, then names; "Bob" opens the sentence
+    assert all(len(p.entities) == 3 for p in props[1:])
     assert hc.backfill() == []
+    hc, props = run(turns, max_entities_per_event=3, min_phrase_count=2)
+    assert all(len(p.entities) <= 3 for p in props)
+    assert all(len(p.entities) + sum(e == p.event_id for e, _ in hc.backfill()) <= 3 for p in props)
 
 
 def test_causal_cap_keeps_the_strongest():
@@ -218,7 +220,7 @@ def test_yaml_config_instantiates_the_defaults():
     default = HeuristicConsolidator()
     assert isinstance(from_yaml, HeuristicConsolidator)
     for name in ("window", "min_phrase_count", "max_entities_per_event", "max_causal_per_event",
-                 "min_overlap", "min_shared", "cues"):
+                 "min_overlap", "min_shared", "lead_words", "cues"):
         assert getattr(from_yaml, name) == getattr(default, name), name
     evs = events(CONVERSATION)
     assert from_yaml.propose(evs, contexts(evs)) == default.propose(evs, contexts(evs))
@@ -228,3 +230,45 @@ def test_proposal_fields():
     _, props = run(CONVERSATION)
     assert [p.event_id for p in props] == list(range(len(CONVERSATION)))
     assert [f.name for f in fields(props[0])] == ["event_id", "entities", "causal"]
+
+
+# Four explicit "because" sentences in a small made-up chat: each reason is tied to an earlier turn.
+BECAUSE_CHAT = [
+    ("Anna", "My landlord raised the rent again and the flat is too expensive now."),        # 0
+    ("Ben", "Oh no. Why don't you look for another place?"),                                 # 1
+    ("Anna", "I'm moving to Leeds because the rent in this flat is too expensive."),          # 2: reason restates 0
+    ("Ben", "Why Leeds, of all places?"),                                                     # 3
+    ("Anna", "Because my sister lives there and she found me a cheap flat."),                 # 4: answers 3
+    ("Ben", "I started painting last year."),                                                 # 5
+    ("Anna", "What made you start painting?"),                                                # 6
+    ("Ben", "I started painting because it calms me after long shifts at the hospital."),    # 7: answers 6
+    ("Anna", "My sister found me a cheap flat in Leeds, so I can save money."),              # 8
+    ("Ben", "That's great. I'm saving money because the flat in Leeds is cheap."),            # 9: reason restates 8
+]
+
+
+def test_because_sentences_link_to_the_turn_they_concern():
+    _, props = run(BECAUSE_CHAT)
+    got = {(l.cause, l.effect): l.cue for p in props for l in p.causal}
+    assert got.get((0, 2)) == "because"                     # the rent turn is the cause of the move
+    assert got.get((3, 4)) == "why-answer:because"          # the question and the reason that answers it
+    assert got.get((6, 7)) == "why-answer:because"
+    assert (8, 9) in got and got[(8, 9)] == "because"
+    assert (1, 2) not in got                                 # "why don't you ..." is a suggestion
+    for (c, e) in got:
+        assert c < e                                         # cause strictly earlier
+    assert all(p.causal == [] for p in props if p.event_id in (0, 1, 3, 5, 6))
+
+
+def test_no_link_from_a_later_to_an_earlier_event():
+    """Whatever the context holds (later events, the event itself, other streams), every
+    link runs from a strictly earlier event of the same stream to the proposing event."""
+    evs = events(BECAUSE_CHAT)
+    other = events([("Zed", "Because the rent is too expensive I moved.")], stream="t", start=100)
+    ctx = {e.id: evs + other for e in evs}                   # includes later events and itself
+    props = HeuristicConsolidator().propose(evs, ctx)
+    found = [l for p in props for l in p.causal]
+    assert found
+    for p in props:
+        for l in p.causal:
+            assert l.effect == p.event_id and l.cause < l.effect and l.cause < 100

@@ -197,7 +197,7 @@ def test_validation_rejects_bad_links_with_reasons():
             {"cause": c, "effect": "n0", "confidence": 0.8},
             {"cause": d, "effect": "n0", "confidence": 0.6},         # over the cap of 2
             {"cause": e, "effect": "n0", "confidence": 0.9}],
-            "entities": [{"name": " Max ", "kind": "person"}, {"name": "max", "kind": "person"},
+            "entities": [{"name": "Anna", "kind": "person"}, {"name": " Max ", "kind": "person"}, {"name": "max", "kind": "person"},
                          {"name": "the Lake House.", "kind": "place"}, {"name": "Atlantis", "kind": "place"},
                          {"name": "", "kind": "other"}, {"name": "lake", "kind": "weird"}]}
 
@@ -216,8 +216,10 @@ def test_validation_rejects_bad_links_with_reasons():
     assert "confidence '0.9' not in (0, 1]" in notes
     assert "cause is later than effect" in notes
     assert "over the cap of 2" in notes
-    assert [(m.name, m.kind) for m in p.entities] == [("anna", "person"), ("max", "person"),
-                                                     ("the lake house", "place"), ("lake", "other")]
+    # The speaker is no entity node: proposed as one, it is dropped with a note.
+    assert [(m.name, m.kind) for m in p.entities] == [("max", "person"), ("the lake house", "place"),
+                                                     ("lake", "other")]
+    assert "'anna': a speaker" in notes
     assert "'atlantis': not in the event's text" in notes
 
 
@@ -316,7 +318,7 @@ def test_failed_generation_fails_only_that_event(emb):
         assert {mem.worker.status[i][0] for i in ids} <= {"consolidated", "failed"}
         mentions = mention_counts(mem)
         assert ids[2] not in mentions and ids[3] not in mentions   # nothing written for failed events
-        assert mentions[ids[0]] == 2                               # speaker + "bakery"
+        assert mentions[ids[0]] == 1                               # "bakery"; the speaker is no entity
         assert llm.usage.failures == 1
     finally:
         mem.close()

@@ -1,22 +1,39 @@
-"""LLM-free slow-path consolidation: entity mentions and causal links from surface cues.
+"""LLM-free slow-path consolidation: entity mentions and causal links from one spaCy pass.
 
-`HeuristicConsolidator.propose` turns a batch of new events into one `Proposal` each:
+`HeuristicConsolidator.propose` parses a batch of events with spaCy's small English
+pipeline (`magma_torch.ingest.nlp`, one `nlp.pipe` call per batch) and turns each event
+into one `Proposal`:
 
-- entities: the speaker; proper names (capitalised runs not at sentence start, or names
-  already known in the stream anywhere; possessives stripped); recurring noun phrases
-  (1-2 content words, stemmed key) once they occur in `min_phrase_count` events of the
-  stream. When a phrase first reaches the threshold, the earlier events that held it get
-  the mention too: inside the batch it goes into their proposals, for events of earlier
-  batches it is queued for `backfill()`.
-- causal links: an explicit discourse cue in the current turn ("that's why", "because",
-  "after ... decided") plus a lexically related earlier event of the same stream within
-  the window (stemmed content-word cosine >= `min_overlap`, >= `min_shared` shared stems,
-  questions ignored) gives cause = that earlier event, effect = the current one; the
-  answer to a why-question is labelled "why-answer:<cue>". Causes are always strictly
-  earlier events of the same stream, so the causal graph stays acyclic by construction.
+- entities: people, places, organisations, works and products from spaCy's named
+  entities (determiners, possessives and interjections trimmed; a capitalised
+  sentence-initial word the stream also writes in lower case is not a name), and
+  objects and activities from noun chunks (compound + lemma of the head: "violins" ->
+  "violin", "my LGBTQ support groups" -> "lgbtq support group" and "support group"'s
+  head is generic, so only the compound) and from gerunds after verbs such as "go",
+  "love", "started" ("go camping" -> "camping"). Generic nouns ("thing", "time", "day",
+  "fun") are never entities. Keys are lower case; the surface is kept as written.
+  Speakers are event attributes, never entity nodes: a named entity equal to a speaker
+  of the stream, or a short form of exactly one speaker's name ("Mel" for "Melanie"),
+  is dropped; a short form of exactly one other person the stream has named maps to that
+  person. Common-noun entities need `min_phrase_count` events of the stream; when one
+  reaches it, earlier events get the mention through `backfill()`.
+- causal links (cause -> effect; always a strictly earlier event of the same stream,
+  so the causal graph stays acyclic by construction). A reason stated inside one turn
+  cannot be an edge to itself, so a link joins the turn to the earlier turn the
+  reason or consequence concerns:
+  * ``why-answer``: the previous turn (another speaker) asks a why-question ("why",
+    "what made you", "what inspired you", ...) and this turn answers it with a
+    statement: question -> answer (the answer gives the reason for what the question
+    asks about);
+  * ``result`` cues at the start of a turn ("that's why", "it made me", "so I"):
+    the previous turn is the cause, this turn the effect ("so" needs a shared content
+    lemma with it);
+  * ``reason`` cues ("because", "'cause", "since", "after ... decided") whose reason
+    clause restates an earlier turn of the window (lemma overlap >= `min_overlap`, at
+    least `min_shared` shared content lemmas): that turn is the cause.
 
-The proposer is stateful (phrase counts, known names, pending backfills) and
-`state_dict`/`load_state_dict` round-trip that state through JSON.
+The proposer is stateful (names and lower-case words seen per stream, phrase counts,
+pending backfills) and `state_dict`/`load_state_dict` round-trip that state through JSON.
 """
 from __future__ import annotations
 
@@ -27,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-import Stemmer
+from magma_torch.ingest import nlp
 
 
 @dataclass(frozen=True)
@@ -41,8 +58,8 @@ class EventView:
 
 @dataclass(frozen=True)
 class EntityMention:
-    name: str               # canonical key, e.g. "caroline", "support group", "max"
-    kind: str               # "speaker" | "name" | "phrase"
+    name: str               # canonical key, e.g. "violin", "support group", "max"
+    kind: str               # person | place | org | object | activity | work | event | group | other
     surface: str            # as written, for display
 
 
@@ -63,19 +80,22 @@ class Proposal:
 
 # Defaults mirrored in conf/consolidation/heuristic.yaml (a test checks they agree).
 DEFAULT_CUES: dict[str, list[str]] = {
-    # Point back to an earlier reason: the current turn is the effect.
-    "result": ["so", "that's why", "that is why", "this is why", "which is why", "as a result",
-               "because of that", "because of this", "because of it", "it led to", "that led to",
-               "which led to", "led me to", "ended up", "that made me", "it made me",
-               "that inspired me", "it inspired me", "therefore"],
-    # Introduce the reason clause, which is matched against earlier events.
-    "reason": ["because", "since", "due to", "thanks to", "as a result of", "inspired by",
-               "motivated by", "after ... decided", "after ... realized", "after ... started"],
-    # A why-question in the previous turn makes a cue in the answer more trustworthy.
+    # At the start of a turn, point back to the previous turn as the reason: this turn is the effect.
+    "result": ["so", "that's why", "that is why", "this is why", "which is why", "that's what made",
+               "as a result", "because of that", "because of this", "because of it", "thanks to that",
+               "thanks to you", "that led me", "it led me", "that made me", "it made me", "this made me",
+               "that makes me", "it makes me", "that inspired me", "it inspired me", "that got me",
+               "that motivated me", "it motivated me", "that pushed me", "therefore"],
+    # Introduce a reason clause, which is matched against earlier turns.
+    "reason": ["because", "'cause", "cuz", "since", "due to", "thanks to", "as a result of",
+               "inspired by", "motivated by", "after ... decided", "after ... realized", "after ... started"],
+    # A question with one of these in the previous turn (another speaker) makes this turn its answer.
     "question": ["why", "what made you", "how come", "what inspired you", "what motivated you",
-                 "what got you", "what led you"],
+                 "what got you", "what led you", "what drew you", "what gave you the idea",
+                 "what prompted you", "what sparked", "what's the reason", "what is the reason",
+                 "how did you get into", "what's the story behind"],
     # Ambiguous cues (discourse "so", temporal "since") get lower confidence.
-    "weak": ["so", "since", "ended up", "thanks to", "after ... started"],
+    "weak": ["so", "since", "thanks to", "after ... started"],
 }
 
 _PRONOUNS = """i me my mine myself you your yours yourself yourselves he him his himself she her hers
@@ -85,272 +105,334 @@ thurs fri sat sun january february march april may june july august september oc
 december jan feb mar apr jun jul aug sep sept oct nov dec today tomorrow yesterday tonight
 weekend""".split()
 _INTERJECTIONS = """hi hey hello hiya howdy bye goodbye morning evening afternoon night welcome wow
-whoa woah oh ooh oops ah aha aww awww aw yeah yea yep yup yes no nope nah ok okay thanks thank
-thx congrats congratulations cheers sorry please hmm hm um uh haha hah lol omg gosh geez yay
+whoa woah woohoo oh ooh oops ah aha aww awww aw yeah yea yep yup yes no nope nah ok okay thanks
+thank thx congrats congratulations cheers sorry please hmm hm um uh haha hah lol omg gosh geez yay
 hooray great cool awesome nice sure well right alright absolutely totally definitely exactly
-indeed amazing wonderful fantastic sweet dear damn anyway btw""".split()
+indeed amazing wonderful fantastic sweet dear damn anyway btw glad wanna gonna bummer cherish
+ya yo dude buddy""".split()
 # Kin terms are often capitalised as forms of address but are not names of their own.
 _KIN = "mom mum mommy dad daddy mama papa grandma grandpa granny nana sis bro".split()
-_FUNCTION = """a an the and or but nor if then else when while where whereas what which who whom
-whose why how that this these those there here to of in on at by for from with without about
-into onto over under above below up down out off through during before after since until till
-as than so too very just also only even still yet again ever never always often sometimes
-usually really quite pretty rather much many more most less least few lot lots some any all
-both each every either neither none no not nothing something anything everything someone
-anyone everyone somebody anybody everybody am is are was were be been being have has had having
-do does did doing done can could will would shall should may might must let lets ok gonna
-wanna gotta got get gets getting go goes going went gone come comes came coming make makes
-made making take takes took taking say says said tell told see saw seen look looks looking
-know knew known think thought feel feels felt feeling want wants wanted like likes liked love
-loves loved need needs needed try tried trying keep kept use used give gave find found mean
-means meant seem seems seemed sound sounds sounded hope hoped glad happy sad proud excited
-sure true real kind sort bit one two three first last next new old other another same own
-such way ways thing things stuff time times day days week weeks month months year years lot
-moment while today tonight people person guy guys folks everyone good great nice cool
-awesome amazing wonderful fantastic incredible beautiful fun lovely special important hard
-big small little long able well better best bad worse worst tough whole part place back
-around away yes yeah yep okay thanks thank hey hello hi wow oh ah haha lol because though
-although however anyway actually basically definitely totally absolutely exactly probably
-maybe perhaps literally honestly seriously especially finally recently lately soon now
-currently already almost enough instead together else every glad cause""".split()
-_NON_NAMES = frozenset(_PRONOUNS + _DAYS_MONTHS + _INTERJECTIONS + _KIN + _FUNCTION)
-# Words too generic to anchor an entity node or a lexical match.
-_STOP = frozenset(_FUNCTION + _PRONOUNS + _DAYS_MONTHS + _INTERJECTIONS + """
-ago else etc let's stuff things anything lots bunch experience experiences life world
-idea ideas part parts end start started starting begin began reason reasons fact question
-questions answer chance chances sense point talk talking talked chat chatting catch caught
-share shared sharing hear heard glad appreciate appreciated reminds remind reminded mind
-totally super awesome excited exciting interesting cute wish wishes luck happen happened
-happening happens care cares cared believe believed keep keeps keeping
+_NON_NAMES = frozenset(_PRONOUNS + _DAYS_MONTHS + _INTERJECTIONS + _KIN)
+
+# Nouns too generic to be an entity on their own (lemmas). They still head a compound
+# ("support group", "dance class"). Chosen by reading the most frequent nouns of chat text
+# and of image captions ("[shares an image: a man sitting at a table]").
+GENERIC_NOUNS = frozenset("""
+thank thanks congrat congratulation time times lot lots way thing stuff difference life love
+moment fun dream pic pics picture photo photos experience joy day night morning evening week
+weekend month year today tomorrow yesterday tonight other others world part journey impact idea
+word place passion memory goal one help kind sort bit piece ton bunch blast challenge feeling
+plan reminder progress self change beauty worry success peace energy advice mind talk break
+chance spot problem connection opportunity hope sense while see favorite favourite view
+dedication balance list emotion inspiration determination courage hand news bond effort future
+note need luck name move effect area positivity option back face tip cheer importance heart path
+right guy guys folk folks people person go mix vibe vibes atmosphere chill thought motivation
+setback shot act track offer resource process struggle pride chat resilience strength kindness
+happiness comfort power growth step skill creativity understanding reality activity activities
+support work matter question answer reason point end start beginning level aspect deal type
+case example fact rest lesson look glimpse sight feel touch tear smile laugh hug yes no ok
+something anything everything nothing someone anyone everyone anybody somebody everybody
+excitement fact group place places friend friends buddy pal stuff everyday lifetime care doubt gut
+load chapter issue voice event cause reaction conversation backing outlet expression empathy ally thinkin
+image photography background man woman girl boy table closeup close
 """.split())
-# Stems too broad to be an entity alone, but fine inside a two-word phrase ("support group").
-_GENERIC = frozenset("""support work working worked help helps helped helping helpful different
-difference inspiring inspired inspiration inspire motivation motivated motivating motivate stay
-stayed staying bring brings brought show shows showed wait waiting positive positivity joy
-enjoy enjoyed enjoying passion passionate dream dreams pic pics picture pictures photo photos
-play playing played plan plans planning goal goals hobby hobbies activity activities memories
-memory moments journey progress success successful opportunity chance challenge challenges
-challenging fun exciting feelings emotions energy peace peaceful calm comfort happiness
-proud pride friends friend spend spent spending learn learned learning dedication effort
-hard-work rewarding community awesome cool incredible beautiful sweet stunning gorgeous glad
-keep sharing share vibe vibes see push watch create word words other others""".split())
-_GENERIC = frozenset(Stemmer.Stemmer("english").stemWords(list(_GENERIC)))
-# Lowercase words that may join capitalised words into one name.
+# Abstract nouns ("kindness", "positivity", "acceptance") name no thing of their own; they still
+# take part in compounds ("LGBTQ community").
+_ABSTRACT = re.compile(r"(?:ness|ity|ance|ence|ment|ism|ship)$")
+# Common nouns for people: their entities get kind "person".
+_PERSON_NOUNS = frozenset("""kid child son daughter husband wife partner mom mother dad father parent
+brother sister sibling grandma grandpa grandmother grandfather aunt uncle cousin niece nephew baby
+boyfriend girlfriend fiance neighbor neighbour mentor teacher coach counselor counsellor therapist
+doctor nurse boss colleague coworker teammate student classmate roommate dancer artist writer
+player fan customer client veteran volunteer""".split())
+
+# Verbs whose -ing complement names an activity ("go camping", "started painting").
+_ACTIVITY_HEADS = frozenset("""go love enjoy like start begin try keep practice take quit stop miss finish
+prefer learn teach hate continue do get""".split())
+# Gerunds of verbs that name no pastime ("keep pushing", "keep working").
+_NOT_ACTIVITIES = frozenset("""push work try follow reach chase grow learn help stay move hang talk chat
+wait live improve smile shine fight rock believe inspire create share spread practice grind hustle
+""".split())
 _NAME_LINKS = frozenset({"of", "the", "and", "de", "van", "von", "la", "le"})
-_SUBJECTS = frozenset("""i i'm i've i'd i'll we we're we've we'd we'll you you're you've he he's
-she she's they they're they've it it's my our your his her their the that that's this now
-there there's mom dad""".split())
-# "since" is temporal when it anchors a time point rather than giving a reason.
+_NAMED_KINDS = {"PERSON": "person", "GPE": "place", "LOC": "place", "FAC": "place", "ORG": "org",
+                "NORP": "group", "PRODUCT": "object", "WORK_OF_ART": "work", "EVENT": "event",
+                "LANGUAGE": "other"}
+_CONTENT_POS = frozenset({"NOUN", "PROPN", "VERB", "ADJ"})
+# Lemmas too common in chat to make two turns "about the same thing".
+_WEAK_LEMMAS = frozenset("""be have do get go make feel think know want love like say tell see look
+come take give find keep need try let mean seem sound hope glad happy great good nice awesome
+amazing cool fun really much many lot thing time way day people""".split())
+
 _SINCE_TEMPORAL_NEXT = frozenset("""then last childhood high college school i'm
 forever ever birth day yesterday early""".split()) | frozenset(_DAYS_MONTHS)
 _SINCE_TEMPORAL_CLAUSE = re.compile(r"^(?:\w+ (?:was|were|last|first)|we met|i met)\b")
-_PERFECT = re.compile(r"\b(?:have|has|had|haven't|hasn't|hadn't|'ve|been|ever|long)\b")
-
-_WORD = r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|[A-Za-z]"
-_TOKEN = re.compile(rf"({_WORD})|(\d[\d,.:]*)|([.!?]+)|([,;:()\"“”—–]|\s-\s)")
-_CONTENT = re.compile(_WORD)
-_POSSESSIVE = re.compile(r"(?<=\w\w)'s$")
-_CLAUSE_END = re.compile(r"[.!?;]|,\s*(?:so|but|and|which)\b|\s(?:but|and so)\s")
+_PERFECT = re.compile(r"\b(?:have|has|had|haven't|hasn't|hadn't|'ve|been|ever|long|forever)\b")
+_SUBJECTS = frozenset("""i i'm i've i'd i'll we we're we've we'd we'll""".split())
+_CLAUSE_END = re.compile(r"[.!?;]|,\s*(?:so|but|and|which)\b|\s(?:but|and so)\s|\s[-–—]\s")
 _SENT_END = re.compile(r"[.!?]+")
-_STATEMENT = re.compile(r"([^.!?]+)([.!?]*)")
-_CLAUSE_START = re.compile(r"(?:^|[,.;:!?—–(\"]|\s-|\band|\bbut)\s*$")
+_LEAD_WORD = re.compile(r"[a-z][a-z']*")
+_LEAD_FILLERS = frozenset("""agree more so too couldn't can't really just totally that's it's true same here""".split())
+# Why-words that make a suggestion, not a question about a reason ("Why not try yoga?").
+_NOT_WHY = re.compile(r"\bwhy (?:not|don't|dont|do not|wouldn't)\b")
 
 
-def _stem_key(stemmer: Stemmer.Stemmer, words: Sequence[str]) -> str:
-    return " ".join(stemmer.stemWords(list(words)))
+def _norm(text: str) -> str:
+    """Lower case with curly apostrophes straightened; keeps every character offset."""
+    return text.replace("’", "'").replace("‘", "'").lower()
+
+
+@dataclass
+class _Parsed:
+    """What the causal pass needs of one event (derived from its text)."""
+    low: str                        # normalised text, same offsets as the spaCy doc
+    lemmas: list[tuple[int, str]]   # (char offset, content lemma) in text order
+    stated: frozenset[str]          # content lemmas of its statements (questions left out)
+    questions: list[str]            # its question sentences, normalised
+    opens_with_question: bool
+    sentences: list[tuple[int, int]]
 
 
 class _Stream:
-    """Per-stream knowledge: speakers, names seen mid-sentence, phrase counts, pending phrases."""
+    """Per-stream knowledge: speakers, names, words seen in lower case, phrase counts, pending phrases."""
 
     def __init__(self):
-        self.speakers: dict[str, str] = {}              # key -> surface
-        self.names: set[str] = set()                    # single-token name keys
+        self.speakers: dict[str, str] = {}              # lowercased speaker name -> as written
+        self.names: dict[str, str] = {}                 # person name key -> kind, for short forms
+        self.lower: set[str] = set()                    # words written in lower case in this stream
         self.counts: dict[str, int] = {}                # phrase key -> events containing it
-        self.pending: dict[str, list[list]] = {}        # below-threshold key -> [[event id, surface]]
+        self.pending: dict[str, list[list]] = {}        # below-threshold key -> [[event id, kind, surface]]
 
     def to_json(self) -> dict:
-        return {"speakers": self.speakers, "names": sorted(self.names), "counts": self.counts,
-                "pending": self.pending}
+        return {"speakers": self.speakers, "names": self.names, "lower": sorted(self.lower),
+                "counts": self.counts, "pending": self.pending}
 
     @classmethod
     def from_json(cls, d: dict) -> _Stream:
         s = cls()
-        s.speakers, s.names = dict(d["speakers"]), set(d["names"])
+        s.speakers, s.names, s.lower = dict(d["speakers"]), dict(d["names"]), set(d["lower"])
         s.counts = dict(d["counts"])
         s.pending = {k: [list(e) for e in v] for k, v in d["pending"].items()}
         return s
+
+    def speaker_words(self) -> set[str]:
+        return {w for s in self.speakers for w in s.split()}
+
+    def is_speaker(self, key: str, short: bool = True) -> bool:
+        """The name of a speaker, one of its words, or (`short`, for names) a short form of
+        exactly one speaker's first name ("Mel" for "Melanie")."""
+        words = self.speaker_words()
+        if key in self.speakers or key in words:
+            return True
+        if not short or " " in key or len(key) < 2:
+            return False
+        return len([w for w in words if w.startswith(key)]) == 1
 
 
 class HeuristicConsolidator:
     """Stateful proposer of entity mentions and causal links; see the module docstring."""
 
-    def __init__(self, window: int = 6, min_phrase_count: int = 2, max_entities_per_event: int = 12,
+    def __init__(self, window: int = 6, min_phrase_count: int = 1, max_entities_per_event: int = 12,
                  max_causal_per_event: int = 3, min_overlap: float = 0.2,
-                 cues: Mapping[str, list[str]] | None = None, min_shared: int = 2):
+                 cues: Mapping[str, list[str]] | None = None, min_shared: int = 2, lead_words: int = 4):
         self.window, self.min_phrase_count = window, min_phrase_count
         self.max_entities_per_event, self.max_causal_per_event = max_entities_per_event, max_causal_per_event
-        self.min_overlap, self.min_shared = min_overlap, min_shared
+        self.min_overlap, self.min_shared, self.lead_words = min_overlap, min_shared, lead_words
         cues = DEFAULT_CUES if cues is None else cues
         self.cues = {k: list(cues.get(k, ())) for k in ("result", "reason", "question", "weak")}
-        self._stemmer = Stemmer.Stemmer("english")
         self._compile()
         self._streams: dict[str, _Stream] = {}
         self._room: dict[int, int] = {}                 # event id -> free entity slots, for events with pending phrases
         self._backfill: list[tuple[int, EntityMention]] = []
-        self._stems: OrderedDict[int, frozenset[str]] = OrderedDict()
+        self._parsed: OrderedDict[int, _Parsed] = OrderedDict()
 
     def _compile(self) -> None:
-        self._cls: dict[str, str] = {}
-        plain, self._gapped = [], []
-        for cls in ("result", "reason"):
-            for cue in self.cues[cls]:
-                cue = cue.lower().replace("’", "'")
-                if cue in self._cls:
-                    continue
-                self._cls[cue] = cls
-                if "..." in cue:
-                    head, tail = (p.strip() for p in cue.split("...", 1))
-                    self._gapped.append((cue, re.compile(
-                        rf"\b{re.escape(head)}\b(?P<gap>[^.!?;]{{1,120}}?)\b{re.escape(tail)}\b")))
-                else:
-                    plain.append(cue)
-        # Longest first so "because of that" (result) wins over "because" (reason).
-        alt = "|".join(re.escape(c) for c in sorted(plain, key=len, reverse=True))
-        self._plain = re.compile(rf"\b(?:{alt})\b") if plain else None
-        qs = "|".join(re.escape(q.lower()) for q in self.cues["question"])
-        self._question = re.compile(rf"\b(?:{qs})\b") if qs else None
-        self._weak = {c.lower().replace("’", "'") for c in self.cues["weak"]}
+        def rx(cues):
+            plain = [_norm(c) for c in cues if "..." not in c]
+            alt = "|".join(re.escape(c) for c in sorted(set(plain), key=len, reverse=True))
+            return re.compile(rf"(?<![\w']){'(?:' + alt + ')'}(?![\w'])") if plain else None
 
-    # ------------------------------------------------------------------ entities
+        self._result = rx(self.cues["result"])
+        self._reason = rx(self.cues["reason"])
+        self._question = rx(self.cues["question"])
+        self._gapped = []
+        for cue in self.cues["reason"]:
+            if "..." in cue:
+                head, tail = (p.strip() for p in _norm(cue).split("...", 1))
+                self._gapped.append((_norm(cue), re.compile(
+                    rf"\b{re.escape(head)}\b(?P<gap>[^.!?;]{{1,120}}?)\b{re.escape(tail)}\b")))
+        self._weak = {_norm(c) for c in self.cues["weak"]}
 
     def _stream(self, name: str) -> _Stream:
         if name not in self._streams:
             self._streams[name] = _Stream()
         return self._streams[name]
 
-    def _name_key(self, st: _Stream, words: list[str]) -> str:
-        key = " ".join(w.lower() for w in words)
-        if key in st.speakers:
+    # ------------------------------------------------------------------ entities
+
+    def _person_key(self, st: _Stream, key: str) -> str:
+        """A one-word short form of exactly one longer person name of the stream is that name."""
+        if " " in key or len(key) < 3 or key in st.names:
             return key
-        # A short form of exactly one speaker's name ("Mel" for "Melanie") is that speaker.
-        if len(words) == 1 and len(key) >= 3:
-            hits = [s for s in st.speakers if s.startswith(key)]
-            if len(hits) == 1:
-                return hits[0]
-        return key
+        hits = [n for n, k in st.names.items() if k == "person" and n != key
+                and (n.split()[0] == key or (" " not in n and n.startswith(key)))]
+        return hits[0] if len(hits) == 1 else key
 
-    def _scan(self, st: _Stream, text: str) -> tuple[list[tuple[str, str]], list[tuple[str, str, int]]]:
-        """(names as (key, surface), phrase candidates as (key, surface, n_words)) in text order."""
-        toks = list(_TOKEN.finditer(text.replace("’", "'")))
-        names: list[tuple[str, str]] = []
-        words: list[str | None] = []        # lowercased content words; None marks a break
-        run: list[str] = []
-        start = True
-
-        def close():
-            if run:
-                names.append((self._name_key(st, run), " ".join(run)))
-                run.clear()
-
-        def capital(m) -> bool:
-            tok = m.group(1)
-            return bool(tok) and tok[0].isupper() and "'" not in _POSSESSIVE.sub("", tok) \
-                and _POSSESSIVE.sub("", tok).lower() not in _NON_NAMES
-
-        for i, m in enumerate(toks):
-            tok = m.group(1)
-            if tok is None:
-                close()
-                words.append(None)
-                start = start or m.group(3) is not None
+    def _named(self, st: _Stream, doc, used: set[int]) -> list[tuple[str, str, str]]:
+        out = []
+        for ent in doc.ents:
+            kind = _NAMED_KINDS.get(ent.label_)
+            if kind is None:
                 continue
-            base = _POSSESSIVE.sub("", tok)
-            low = base.lower()
-            if capital(m) and (not start or low in st.speakers or low in st.names):
-                run.append(base)
-                words.append(None)
-                if base != tok:
-                    close()
-            elif run and low in _NAME_LINKS and self._links_to_name(toks, i, capital):
-                run.append(tok)             # "Lord of the Rings", "Bank of America"
-                words.append(None)
-            else:
-                close()
-                content = ("'" not in base and len(low) >= 3 and low not in _STOP
-                           and low not in st.speakers and low not in st.names)
-                words.append(low if content else None)
-            start = False
-        close()
-        phrases: list[tuple[str, str, int]] = []
-        for i, w in enumerate(words):
-            if w is None:
+            start = ent.start
+            # A title the small model cut short: "The Lord of the [Rings]".
+            while start > 0 and (doc[start - 1].pos_ == "PROPN" and doc[start - 1].is_title or
+                                 doc[start - 1].lower_ in _NAME_LINKS and start > 1 and
+                                 (doc[start - 2].pos_ == "PROPN" and doc[start - 2].is_title
+                                  or doc[start - 2].lower_ in _NAME_LINKS)):
+                start -= 1
+            toks = list(doc[start:ent.end])
+            # Trim determiners, possessives, punctuation and interjections at either end ("Yep John").
+            while toks and (toks[0].pos_ in ("DET", "PUNCT", "INTJ", "PART") or toks[0].lower_ in _NON_NAMES):
+                toks.pop(0)
+            while toks and (toks[-1].pos_ in ("PUNCT", "PART") or toks[-1].lower_ in _NON_NAMES
+                            or toks[-1].lower_ in ("'s", "'")):
+                toks.pop()
+            if not toks or not any(t.pos_ == "PROPN" for t in toks):   # "Violins are old" is a noun
                 continue
-            key = _stem_key(self._stemmer, [w])
-            if key not in _GENERIC:
-                phrases.append((key, w, 1))
-            if i + 1 < len(words) and words[i + 1] is not None:
-                pair = [w, words[i + 1]]
-                phrases.append((_stem_key(self._stemmer, pair), " ".join(pair), 2))
-        return names, phrases
+            if len(toks) == 1 and toks[0].is_sent_start and toks[0].lower_ in st.lower:
+                continue                  # "Pottery is fun": a common word opening a sentence
+            key = " ".join(t.lower_.replace("’", "'") for t in toks)
+            if not re.search(r"[a-z]", key) or st.is_speaker(key):
+                continue
+            if kind == "person" and len(toks) == 1 and self._vocative(doc, toks[0]):
+                continue                  # "Hey Mel!", "Thanks, Jo.": addresses the other speaker
+            used.update(t.i for t in toks)
+            if kind == "person":
+                key = self._person_key(st, key)
+            out.append((key, kind, " ".join(t.text for t in toks)))
+        # A capitalised word the stream already knows as a name, where NER missed it.
+        for t in doc:
+            if t.i not in used and t.pos_ == "PROPN" and t.lower_ in st.names and not st.is_speaker(t.lower_):
+                used.add(t.i)
+                out.append((self._person_key(st, t.lower_), st.names[t.lower_], t.text))
+        return out
 
     @staticmethod
-    def _links_to_name(toks: list, i: int, capital) -> bool:
-        j = i + 1
-        while j < len(toks) and (toks[j].group(1) or "").lower() in _NAME_LINKS:
-            j += 1
-        return j < len(toks) and capital(toks[j])
+    def _vocative(doc, t) -> bool:
+        before = doc[t.i - 1] if t.i > 0 else None
+        after = doc[t.i + 1] if t.i + 1 < len(doc) else None
+        return ((before is not None and (before.lower_ in _INTERJECTIONS or before.text == ","))
+                and (after is None or after.text in ("!", "?", ".", ",")))
 
-    def _entities(self, ev: EventView, props: dict[int, Proposal]) -> list[EntityMention]:
+    @staticmethod
+    def _noun_ok(t) -> bool:
+        lem = t.lemma_.lower()
+        return (t.is_alpha and len(lem) >= 3 and not t.is_stop and lem not in GENERIC_NOUNS
+                and t.lower_ not in GENERIC_NOUNS and lem not in _NON_NAMES and not _ABSTRACT.search(lem))
+
+    def _phrases(self, st: _Stream, doc, used: set[int]) -> list[tuple[str, str, str]]:
+        """(key, kind, surface) of object and activity mentions, in text order."""
+        out = []
+        speaker_words = st.speaker_words()
+        for chunk in doc.noun_chunks:
+            root = chunk.root
+            for t in chunk:
+                # A possessor inside the chunk ("my sister's violin", "the dogs' toys").
+                if t.dep_ == "poss" and t.pos_ == "NOUN" and t.i not in used and self._noun_ok(t):
+                    lem = t.lemma_.lower()
+                    out.append((lem, "person" if lem in _PERSON_NOUNS else "object", t.text))
+            if root.pos_ != "NOUN" or root.i in used or not root.is_alpha:
+                continue
+            comps = []
+            for t in reversed(chunk[: root.i - chunk.start]):
+                if t.dep_ == "compound" and t.pos_ in ("NOUN", "PROPN") and t.is_alpha \
+                        and t.lower_ not in speaker_words and t.i not in used:
+                    comps.insert(0, t)
+                elif t.text != "-" or not comps and t.i != root.i - 1:
+                    break
+            head = root.lemma_.lower()
+            kind = ("person" if head in _PERSON_NOUNS else
+                    "activity" if root.tag_ == "NN" and root.lower_.endswith("ing") and len(root) > 5 else "object")
+            if comps:
+                # "self-care", "LGBTQ support group": the compounds as written (lower case) + the head's lemma
+                key = _norm(doc.text[comps[0].idx:root.idx]) + head
+                out.append((key, kind, doc.text[comps[0].idx:root.idx + len(root)]))
+            if self._noun_ok(root):
+                out.append((head, kind, root.text))
+        for t in doc:
+            # Gerunds as activities: "go camping", "I love running", "started painting", "running or reading".
+            if not t.is_alpha or t.i in used:
+                continue
+            if t.tag_ == "NN" and t.lower_.endswith("ing") and len(t) > 5:
+                # "Camping trips" -> camping; "went camping" parsed as a noun
+                if t.dep_ == "compound" or t.head.lemma_.lower() in _ACTIVITY_HEADS and t.head.pos_ == "VERB":
+                    if t.lower_ not in GENERIC_NOUNS:
+                        out.append((t.lower_, "activity", t.text))
+                continue
+            if t.tag_ != "VBG":
+                continue
+            gov = t
+            while gov.dep_ == "conj" and gov.head is not gov:
+                gov = gov.head
+            if gov is not t and gov.tag_ != "VBG":
+                continue
+            if gov.dep_ not in ("xcomp", "dobj", "pcomp", "ccomp") or gov.head.lemma_.lower() not in _ACTIVITY_HEADS:
+                continue
+            if any(c.dep_ in ("dobj", "ccomp", "xcomp", "attr", "prt") for c in t.children):
+                continue
+            key = t.lower_
+            if len(key) > 5 and key not in GENERIC_NOUNS and t.lemma_.lower() not in _WEAK_LEMMAS | _NOT_ACTIVITIES:
+                out.append((key, "activity", t.text))
+        return out
+
+    def _entities(self, ev: EventView, doc, props: dict[int, Proposal]) -> list[EntityMention]:
         st = self._stream(ev.stream)
+        if ev.speaker and ev.speaker.strip():
+            sp = " ".join(ev.speaker.split())
+            st.speakers.setdefault(sp.lower(), sp)
+        for t in doc:
+            if t.is_alpha and t.text.islower() and len(t.text) >= 3:
+                st.lower.add(t.text)
         out: list[EntityMention] = []
         seen: set[str] = set()
-        if ev.speaker:
-            key = ev.speaker.strip().lower()
-            st.speakers.setdefault(key, ev.speaker.strip())
-            out.append(EntityMention(key, "speaker", ev.speaker.strip()))
-            seen.add(key)
-        names, phrases = self._scan(st, ev.text)
-        for key, surface in names:
-            if " " not in key:
-                st.names.add(key)
-            if key not in seen:
-                seen.add(key)
-                out.append(EntityMention(key, "name", surface))
+        used: set[int] = set()
         cap = self.max_entities_per_event
-        del out[cap:]
-        ready: list[tuple[int, int, int, str, str]] = []
-        below: list[tuple[str, str]] = []
-        done: set[str] = set()
-        for pos, (key, surface, n) in enumerate(phrases):
-            if key in done or key in seen:
+        for key, kind, surface in self._named(st, doc, used):
+            st.names.setdefault(key, kind)
+            if key not in seen and len(out) < cap:
+                seen.add(key)
+                out.append(EntityMention(key, kind, surface))
+        ready: list[tuple[int, int, int, str, str, str]] = []
+        below: list[tuple[str, str, str]] = []
+        for pos, (key, kind, surface) in enumerate(self._phrases(st, doc, used)):
+            if key in seen or st.is_speaker(key, short=False):
                 continue
-            done.add(key)
+            seen.add(key)
             count = st.counts.get(key, 0) + 1
             st.counts[key] = count
             if count < self.min_phrase_count:
-                below.append((key, surface))
+                below.append((key, kind, surface))
                 continue
             if count == self.min_phrase_count:
                 self._release(st, key, props)
-            # Two-word phrases and rarer phrases are more specific, so they take free slots first.
-            ready.append((-n, count, pos, key, surface))
-        for *_, key, surface in sorted(ready)[:max(0, cap - len(out))]:
-            out.append(EntityMention(key, "phrase", surface))
+            # Compounds are more specific, so they take free slots first.
+            ready.append((-key.count(" "), count, pos, key, kind, surface))
+        for *_, key, kind, surface in sorted(ready)[:max(0, cap - len(out))]:
+            out.append(EntityMention(key, kind, surface))
         room = cap - len(out)
         if room > 0 and below:
             self._room[ev.id] = room
-            for key, surface in below:
-                st.pending.setdefault(key, []).append([ev.id, surface])
+            for key, kind, surface in below:
+                st.pending.setdefault(key, []).append([ev.id, kind, surface])
         return out
 
     def _release(self, st: _Stream, key: str, props: dict[int, Proposal]) -> None:
         """A phrase just reached the threshold: give it to the earlier events that held it."""
-        for eid, surface in st.pending.pop(key, []):
+        for eid, kind, surface in st.pending.pop(key, []):
             room = self._room.get(eid, 0)
             if room <= 0:
                 continue
-            mention = EntityMention(key, "phrase", surface)
+            mention = EntityMention(key, kind, surface)
             if eid in props:
                 props[eid].entities.append(mention)
             else:
@@ -370,62 +452,61 @@ class HeuristicConsolidator:
 
     # ------------------------------------------------------------------ causal links
 
-    def _content(self, text: str) -> frozenset[str]:
-        words = [w.lower() for w in _CONTENT.findall(text.replace("’", "'"))]
-        words = [w for w in words if len(w) >= 3 and "'" not in w and w not in _STOP]
-        return frozenset(self._stemmer.stemWords(words))
+    def _parse_view(self, doc) -> _Parsed:
+        low = _norm(doc.text)
+        lemmas, stated, questions, sents = [], set(), [], []
+        for s in doc.sents:
+            end_char = s.end_char
+            tail = low[end_char:end_char + 3]
+            is_q = "?" in s.text or tail.lstrip().startswith("?")
+            sents.append((s.start_char, s.end_char))
+            if is_q:
+                questions.append(low[s.start_char:s.end_char])
+            for t in s:
+                # Names keep their form ("Leeds", whether tagged PROPN or not).
+                lem = t.lower_ if t.pos_ == "PROPN" or t.is_title and not t.is_sent_start else t.lemma_.lower()
+                if (t.pos_ in _CONTENT_POS and t.is_alpha and len(lem) >= 3 and not t.is_stop
+                        and lem not in _WEAK_LEMMAS and lem not in GENERIC_NOUNS and lem not in _NON_NAMES):
+                    lemmas.append((t.idx, lem))
+                    if not is_q:
+                        stated.add(lem)
+        first_q = bool(sents) and low[sents[0][0]:sents[0][1]] in questions
+        return _Parsed(low, lemmas, frozenset(stated), questions, first_q, sents)
 
-    def _event_stems(self, ev: EventView) -> frozenset[str]:
-        """Content stems of the event's statements; questions assert nothing that could be a cause."""
-        stems = self._stems.get(ev.id)
-        if stems is None:
-            stated = " ".join(m.group(1) for m in _STATEMENT.finditer(ev.text) if not m.group(2).startswith("?"))
-            stems = self._stems[ev.id] = self._content(stated)
-            # Only the recent window is ever looked up again; bound the cache.
-            while len(self._stems) > 4096:
-                self._stems.popitem(last=False)
-        return stems
+    def _lemmas_between(self, p: _Parsed, start: int, end: int) -> frozenset[str]:
+        return frozenset(lem for i, lem in p.lemmas if start <= i < end)
 
-    def _hits(self, text: str, speakers: frozenset[str]) -> list[tuple[str, str, str]]:
-        """(class, cue, query text) per usable cue occurrence in the turn."""
-        low = text.lower().replace("’", "'")
-        found: list[tuple[int, int, str, str]] = []   # start, end, cue, query
-        if self._plain is not None:
-            for m in self._plain.finditer(low):
-                found.append((m.start(), m.end(), m.group(0), ""))
-        for cue, rx in self._gapped:
-            for m in rx.finditer(low):
-                found.append((m.start(), m.end(), cue, m.group("gap")))
+    def _lead(self, p: _Parsed, start: int, speakers: set[str], limit: int) -> bool:
+        """At most `limit` words (not counting interjections, pronouns and names of the
+        speakers: "Yeah, I couldn't agree more!") come before a cue at `start`."""
+        words = [w for w in _LEAD_WORD.findall(p.low[:start])
+                 if w not in _NON_NAMES and w not in speakers and w not in _LEAD_FILLERS]
+        return len(words) <= limit
+
+    def _reason_hits(self, p: _Parsed) -> list[tuple[str, str]]:
+        """(cue, reason clause) for each asserted reason cue of the turn."""
         hits = []
+        low = p.low
+        found = []
+        if self._reason is not None:
+            found += [(m.start(), m.end(), m.group(0), None) for m in self._reason.finditer(low)]
+        for cue, rx in self._gapped:
+            found += [(m.start(), m.end(), cue, m.group("gap")) for m in rx.finditer(low)]
         for start, end, cue, gap in sorted(found):
             sent_end = _SENT_END.search(low, end)
             if sent_end and "?" in sent_end.group(0):
                 continue                                   # questioning a cause is not asserting one
             before, after = low[:start], low[end:]
-            cls = self._cls[cue]
-            if cls == "result":
-                # Only a result cue near the turn's start points to earlier turns ("Yeah, it's
-                # tough. So I ..."); later in the turn its cause is the same event's own clause.
-                if len(self._content(before) - speakers) > 1:
-                    continue
-                if " " not in cue and not self._clause_initial(before, after):
-                    continue
-                query = text
-            elif gap:
-                query = gap
-            else:
-                if cue == "since" and self._temporal_since(before, after):
-                    continue
-                stop = _CLAUSE_END.search(after)
-                query = after[:stop.start()] if stop else after
-            hits.append((cls, cue, query))
+            if gap is not None:
+                hits.append((cue, (start, end)))
+                continue
+            if cue == "since" and self._temporal_since(before, after):
+                continue
+            if cue in ("because", "thanks to", "due to") and re.match(r"\s*of (that|this|it)\b", after):
+                continue                                   # "because of that" is a result cue
+            stop = _CLAUSE_END.search(after)
+            hits.append((cue, (end, end + (stop.start() if stop else len(after)))))
         return hits
-
-    @staticmethod
-    def _clause_initial(before: str, after: str) -> bool:
-        # One-word result cues ("so") only count as "<clause start> so <subject> ...".
-        nxt = after.split(None, 1)
-        return bool(_CLAUSE_START.search(before)) and bool(nxt) and nxt[0].strip(",") in _SUBJECTS
 
     @staticmethod
     def _temporal_since(before: str, after: str) -> bool:
@@ -433,43 +514,88 @@ class HeuristicConsolidator:
         if not nxt or nxt[0][0].isdigit() or nxt[0] in _SINCE_TEMPORAL_NEXT or _SINCE_TEMPORAL_CLAUSE.match(after.lstrip()):
             return True
         clause = re.split(r"[.!?;,]", before)[-1]
-        return bool(_PERFECT.search(clause))
+        return bool(_PERFECT.search(clause)) or bool(re.search(r"\b(?:forever|ages|long time|a while|years|months)\s*$", clause))
 
-    def _causal(self, ev: EventView, context: Sequence[EventView]) -> list[CausalLink]:
-        window = [c for c in context if c.stream == ev.stream and c.id < ev.id][-self.window:]
+    def _result_hit(self, p: _Parsed, speakers: set[str]) -> str | None:
+        """A back-pointing result cue in the turn's lead, in a statement; returns the cue."""
+        if self._result is None:
+            return None
+        for m in self._result.finditer(p.low):
+            cue = m.group(0)
+            sent_end = _SENT_END.search(p.low, m.end())
+            if sent_end and "?" in sent_end.group(0):
+                continue
+            if not self._lead(p, m.start(), speakers, 0 if cue in self._weak else self.lead_words):
+                return None
+            if cue == "so":
+                # Discourse "so" only as "<clause start> so I/we ...".
+                nxt = p.low[m.end():].split(None, 1)
+                pre = p.low[:m.start()].rstrip()
+                if not nxt or nxt[0].strip(",") not in _SUBJECTS or (pre and pre[-1] not in ".!,;-–—"):
+                    continue
+            return cue
+        return None
+
+    def _causal(self, ev: EventView, p: _Parsed, window: Sequence[EventView]) -> list[CausalLink]:
         if not window:
             return []
-        speakers = frozenset(self._stemmer.stemWords(list(self._stream(ev.stream).speakers)))
-        hits = self._hits(ev.text, speakers)
-        if not hits:
-            return []
-        prev = window[-1]
-        why = (self._question is not None and prev.speaker != ev.speaker and "?" in prev.text
-               and self._question.search(prev.text.lower().replace("’", "'")) is not None)
-        if why:
-            # The question restates the effect; its cause is elsewhere.
-            window = window[:-1]
+        st = self._stream(ev.stream)
+        speakers = st.speaker_words()
         best: dict[int, CausalLink] = {}
-        for cls, cue, query in hits:
-            q = self._content(query) - speakers
+
+        def add(cause: EventView, conf: float, cue: str):
+            link = CausalLink(cause.id, ev.id, round(conf, 4), cue)
+            if cause.id not in best or best[cause.id].confidence < link.confidence:
+                best[cause.id] = link
+
+        prev = window[-1]
+        pp = self._parsed[prev.id]
+        reasons = self._reason_hits(p)
+        # 1. The answer to a why-question of the previous turn.
+        asked = (prev.speaker != ev.speaker and prev.speaker is not None and ev.speaker is not None
+                 and self._question is not None
+                 and any(self._question.search(q) and not _NOT_WHY.search(q) for q in pp.questions[-2:])
+                 and not p.opens_with_question and p.stated)
+        if asked:
+            cue = reasons[0][0] if reasons else ""
+            add(prev, 0.9 if reasons else 0.75, f"why-answer:{cue}" if cue else "why-answer")
+        # 2. A result cue opening the turn: the turn it points back to is the cause: the
+        # previous turn when it shares a content lemma with this one, else the statement of the
+        # window sharing most (at least `min_shared`; the most recent on ties), else the
+        # previous turn when it states something.
+        cue = self._result_hit(p, speakers)
+        if cue is not None and not (asked and prev.id in best):
+            mine = p.stated - speakers
+            pick, shared = None, 0
+            for c in reversed(window):
+                k = len(mine & self._parsed[c.id].stated)
+                if k > shared and (c is prev or k >= self.min_shared):
+                    pick, shared = c, k
+                if c is prev and k:
+                    break                 # the previous turn, when it shares a word, is what "that" means
+            weak = cue in self._weak
+            if pick is None and not weak and pp.stated:
+                pick = prev
+            if pick is not None:
+                add(pick, 0.55 if weak else 0.8, cue)
+        # 3. A reason clause that restates an earlier turn: that turn is the cause.
+        for cue, (a, b) in reasons:
+            q = self._lemmas_between(p, a, b) - speakers
             if not q:
                 continue
             pick, score = None, 0.0
             for c in reversed(window):                   # newest first: ties go to the most recent
-                w = self._event_stems(c) - speakers
+                w = self._parsed[c.id].stated - speakers
                 if not w:
                     continue
                 shared = len(q & w)
                 s = shared / math.sqrt(len(q) * len(w))
-                if shared >= min(self.min_shared, len(q)) and s > score:
+                if shared >= self.min_shared and s > score:
                     pick, score = c, s
             if pick is None or score < self.min_overlap:
                 continue
-            strength = (0.5 if cue in self._weak else 0.8) + (0.1 if why else 0.0)
-            conf = round(strength * (0.5 + 0.5 * min(1.0, score)), 4)
-            link = CausalLink(pick.id, ev.id, conf, f"why-answer:{cue}" if why else cue)
-            if pick.id not in best or best[pick.id].confidence < conf:
-                best[pick.id] = link
+            strength = 0.5 if cue in self._weak else 0.8
+            add(pick, strength * (0.5 + 0.5 * min(1.0, score)) + (0.1 if asked else 0.0), cue)
         links = sorted(best.values(), key=lambda l: (-l.confidence, -l.cause))
         return links[:self.max_causal_per_event]
 
@@ -478,15 +604,30 @@ class HeuristicConsolidator:
     def propose(self, batch: Sequence[EventView], context: Mapping[int, Sequence[EventView]]) -> list[Proposal]:
         """One Proposal per event in batch. context[event.id] = the up-to-`window` preceding
         events of the same stream (oldest first), which may include events of earlier batches."""
+        windows = {ev.id: [c for c in context.get(ev.id, ()) if c.stream == ev.stream and c.id < ev.id][-self.window:]
+                   for ev in batch}
+        todo = {ev.id: ev.text for ev in batch}
+        todo.update({c.id: c.text for w in windows.values() for c in w if c.id not in self._parsed and c.id not in todo})
+        ids = list(todo)
+        docs = dict(zip(ids, nlp.parse(todo[i] for i in ids)))
+        for i in ids:
+            self._parsed[i] = self._parse_view(docs[i])
+            self._parsed.move_to_end(i)
+        for w in windows.values():
+            for c in w:
+                self._parsed.move_to_end(c.id)
         props: dict[int, Proposal] = {}
         for ev in batch:
             props[ev.id] = Proposal(ev.id, [], [])
-            props[ev.id].entities = self._entities(ev, props)
-            props[ev.id].causal = self._causal(ev, context.get(ev.id, ()))
+            props[ev.id].entities = self._entities(ev, docs[ev.id], props)
+            props[ev.id].causal = self._causal(ev, self._parsed[ev.id], windows[ev.id])
+        # Only the recent windows are ever looked up again; bound the cache.
+        while len(self._parsed) > 4096:
+            self._parsed.popitem(last=False)
         return [props[ev.id] for ev in batch]
 
     def state_dict(self) -> dict:
-        """JSON-serialisable state; the stem cache is derived from event text and left out."""
+        """JSON-serialisable state; the parse cache is derived from event text and left out."""
         return {"streams": {k: s.to_json() for k, s in self._streams.items()},
                 "room": {str(k): v for k, v in self._room.items()},
                 "backfill": [[eid, asdict(m)] for eid, m in self._backfill]}
@@ -495,4 +636,4 @@ class HeuristicConsolidator:
         self._streams = {k: _Stream.from_json(v) for k, v in state["streams"].items()}
         self._room = {int(k): v for k, v in state["room"].items()}
         self._backfill = [(eid, EntityMention(**m)) for eid, m in state["backfill"]]
-        self._stems.clear()
+        self._parsed.clear()

@@ -16,8 +16,10 @@ trusted: per event, a link is kept only if both ends are references of that prom
 end is ``n0``, it is not a self-loop, the cause is not later than the effect, its
 confidence is a number in [``min_confidence``, 1], and it is among the
 ``max_causal_per_event`` most confident; entity names are normalised (lowercase, spaces
-collapsed, outer punctuation stripped), must occur in the event's text (or be its
-speaker), are de-duplicated and capped at ``max_entities_per_event``. What is rejected is
+collapsed, outer punctuation stripped), must occur in the event's text, must not be a
+speaker of the prompt (speakers are event attributes, not entity nodes: a name equal to
+a speaker's name or to one of its words is dropped), are de-duplicated and capped at
+``max_entities_per_event``. What is rejected is
 noted, with the reason, on the event's status; the worker then applies its own checks
 (acyclicity, duplicates). A generation that failed (``Generation.error``) or did not give
 a JSON object makes that event ``failed`` with the reason; the rest of the batch goes on.
@@ -131,7 +133,7 @@ class LLMConsolidator:
     def __init__(self, llm, min_confidence: float = 0.5, max_causal_per_event: int = 3,
                  max_entities_per_event: int = 12, hops: int = 2, max_neighbours: int = 12,
                  max_tokens: int = 256, prompt_version: str = "v1", max_chars_per_event: int = 400,
-                 temperature: float = 0.0, speaker_entity: bool = True, entities_in_text: bool = True):
+                 temperature: float = 0.0, speaker_entity: bool = False, entities_in_text: bool = True):
         if llm is None:
             raise ValueError("LLMConsolidator needs an llm (consolidation=llm with an llm config, "
                              "or MagmaMemory(..., llm=...))")
@@ -205,7 +207,7 @@ class LLMConsolidator:
             return LLMProposal(ev.id, [], [], error=f"llm output is not a JSON object: {type(data).__name__}")
         notes: list[str] = []
         causal = self._links(ev, refs, data.get("causal"), notes)
-        entities = self._entities(ev, data.get("entities"), notes)
+        entities = self._entities(ev, data.get("entities"), notes, refs)
         if len(notes) > _MAX_NOTES:
             notes = notes[:_MAX_NOTES] + [f"... and {len(notes) - _MAX_NOTES} more rejections"]
         return LLMProposal(ev.id, entities, causal, notes=notes)
@@ -257,9 +259,15 @@ class LLMConsolidator:
             return "cause is later than effect"
         return ""
 
-    def _entities(self, ev: EventView, items, notes: list[str]) -> list[EntityMention]:
+    def _entities(self, ev: EventView, items, notes: list[str],
+                  refs: Mapping[str, EventView] | None = None) -> list[EntityMention]:
         out: list[EntityMention] = []
         seen: set[str] = set()
+        # Speakers are event attributes (the speaker column), never entity nodes: a hub joining
+        # everything a person said would make one entity hop reach their whole history.
+        speakers = {normalise_name(v.speaker) for v in (refs or {"n0": ev}).values() if v.speaker}
+        speakers.discard("")
+        speakers |= {w for s in speakers for w in s.split()}
         if self.speaker_entity and ev.speaker and normalise_name(ev.speaker):
             key = normalise_name(ev.speaker)
             out.append(EntityMention(key, "person", ev.speaker.strip()))
@@ -280,6 +288,9 @@ class LLMConsolidator:
                 notes.append(f"rejected entity {name[:40]!r}: empty or too long")
                 continue
             if key in seen:
+                continue
+            if key in speakers and not self.speaker_entity:
+                notes.append(f"rejected entity {key!r}: a speaker (an event attribute, not an entity)")
                 continue
             if self.entities_in_text and key not in text:
                 notes.append(f"rejected entity {key!r}: not in the event's text")

@@ -233,7 +233,7 @@ class SlowPathWorker:
         temporal-chain predecessor, then the most similar, then the most recent; only the
         kept events are expanded further. Returned oldest first. The event's own entity
         edges do not exist yet, so its first hop also goes through the known entities its
-        speaker or text names (word 1-3-grams).
+        text names (word 1-3-grams). Speakers are not entity nodes.
         """
         store = self.store
         n, m = len(store.events), len(store.entities)
@@ -272,12 +272,10 @@ class SlowPathWorker:
         return out
 
     def _named_entities(self, i: int) -> list[int]:
-        """Ids of existing entity nodes whose name is the speaker of event i or a word 1-3-gram of its text."""
+        """Ids of existing entity nodes whose name is a word 1-3-gram of event i's text."""
         r = self.store.events.rows[i]
         words = _WORD.findall(r.text.replace("’", "'").lower())
         grams = {" ".join(words[a:a + k]) for k in (1, 2, 3) for a in range(len(words) - k + 1)}
-        if r.speaker:
-            grams.add(" ".join(r.speaker.lower().split()))
         ids = (self.store.entity_id(gr) for gr in grams)
         return sorted(e for e in ids if e is not None)
 
