@@ -55,7 +55,9 @@ def state(mem: MagmaMemory) -> dict:
     out = {f"graph.{k}": v.tolist() for k, v in mem.store.graph.state().items()}
     out.update(embeddings=ev.embeddings.data.tolist(), prev=ev.prev.data.tolist(), next=ev.next.data.tolist(),
                rows=ev.rows, entities=(en.names, en.kinds, en.surfaces), queue=list(mem.worker.queue),
-               status=dict(mem.worker.status), docs=mem.store.keyword_index._docs, stats=mem.stats())
+               status=dict(mem.worker.status), docs=mem.store.keyword_index._docs, stats=mem.stats(),
+               episode=ev.episode.data.tolist(), episode_sums=mem.store.episodes.sums.data.tolist(),
+               episode_docs=mem.store.episode_keywords._docs)
     return out
 
 

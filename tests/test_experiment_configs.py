@@ -54,9 +54,11 @@ def test_table_grids_cover_the_paper_rows():
     with initialize_config_module("magma_torch.conf", version_base=None):
         t1 = {p[1] for p in sweep_points("table1")}
         t4 = {p[1] for p in sweep_points("table4")}
-    assert {"memory=magma", "memory=hybrid_rag", "memory=vector_rag", "memory=bm25", "memory=full_context"} <= t1
-    assert t4 == {f"memory={m}" for m in ("magma", "magma_no_policy", "magma_no_causal", "magma_no_temporal",
-                                          "magma_no_entity")}
+    assert {"memory=magma", "memory=magma_paper", "memory=hybrid_rag", "memory=vector_rag", "memory=bm25",
+            "memory=full_context"} <= t1
+    assert t4 == {f"memory={m}" for m in ("magma", "magma_no_traversal", "magma_no_episode", "magma_no_entity",
+                                          "magma_no_causal", "magma_no_policy", "magma_no_temporal",
+                                          "magma_no_context")}
 
 
 def relation_matrix(name: str):
@@ -64,7 +66,7 @@ def relation_matrix(name: str):
         return mem.retriever.weights, mem.retriever.cfg
 
 
-@pytest.mark.parametrize("removed", ["causal", "entity", "temporal"])
+@pytest.mark.parametrize("removed", ["causal", "entity", "temporal", "episode"])
 def test_ablation_removes_one_relation_for_every_intent(removed):
     full, full_cfg = relation_matrix("magma")
     ablated, cfg = relation_matrix(f"magma_no_{removed}")
@@ -72,10 +74,28 @@ def test_ablation_removes_one_relation_for_every_intent(removed):
     others = [j for r, j in REL_ID.items() if r != removed]
     assert (ablated[:, others] == full[:, others]).all()
     assert cfg.intent_weights["uniform"][removed] == 0      # also when use_intent is off
-    # no_temporal also drops the RRF rankings built on the temporal chain; the others keep them
+    # no_temporal also drops the RRF rankings built on the temporal chain, no_episode the episode
+    # ranking; the others keep them
     context_on = {cfg.signal_weights[s] > 0 for s in ("vector_context", "keyword_context")}
     assert context_on == ({False} if removed == "temporal" else {True})
+    assert (cfg.signal_weights["episode"] > 0) == (removed != "episode" and full_cfg.signal_weights["episode"] > 0)
     assert cfg.signal_weights["time"] == full_cfg.signal_weights["time"] > 0
+
+
+def test_no_traversal_is_depth_zero_and_magma_paper_keeps_to_table_5():
+    _, cfg = relation_matrix("magma_no_traversal")
+    _, full = relation_matrix("magma")
+    assert cfg.beam.max_depth == 0 and full.beam.max_depth > 0
+    assert cfg.active_signals == full.active_signals
+    _, paper = relation_matrix("magma_paper")
+    b = paper.beam
+    assert paper.active_signals == ("vector", "keyword", "time") and paper.time_filter
+    assert paper.signal_top_k["vector"] == 20 and 2 <= paper.signal_weights["keyword"] <= 5
+    assert (b.max_depth, b.max_nodes, b.drop_threshold, b.lambda1) == (5, 200, 0.15, 1.0) and 0.3 <= b.lambda2 <= 0.7
+    for intent in INTENTS:
+        w = paper.intent_weights[intent]
+        assert 2.5 <= w["entity"] <= 6 and 0.5 <= w["temporal"] <= 4 and 3 <= w["causal"] <= 5
+        assert 2.5 <= w["semantic"] <= 5 and w["episode"] == 0
 
 
 def test_no_policy_uses_one_row_for_every_intent():

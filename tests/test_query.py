@@ -5,7 +5,8 @@ from datetime import datetime, timezone
 import pytest
 import torch
 
-from magma_torch.query.anchors import (ContextConfig, chain_neighbours, context_candidates, context_scores, rrf_fuse,
+from magma_torch.query.anchors import (ContextConfig, chain_neighbours, context_candidates, context_scores,
+                                       inside_windows, keep_inside, rrf_fuse, speaker_ranking, speakers_named,
                                        time_ranking)
 from magma_torch.query.linearize import linearize
 from magma_torch.query.segment import lexsort, rank_in_group, top_ids, top_in_group
@@ -39,6 +40,28 @@ def test_time_ranking_keeps_only_events_in_the_window():
     out = time_ranking([(9 * day, 12 * day), None], ts, spans, Similarity(emb, None, q), top=3)
     assert out[0].tolist() == [3, 1, -1]                   # both in window, most similar first
     assert out[1].tolist() == [-1, -1, -1]                 # no window, no time ranking
+
+
+def test_speaker_ranking_keeps_what_the_named_speakers_said_in_dense_order():
+    names = ["Caroline", "Melanie Jones"]
+    assert speakers_named("What did caroline paint?", names) == [0]
+    assert speakers_named("Did Melanie and Caroline meet?", names) == [0, 1]
+    assert speakers_named("What did Carol say?", names) == [] and speakers_named("Melanies' dogs?", names) == []
+    dense = torch.tensor([[5, 2, 0, 4, 1], [3, 1, -1, -1, -1], [0, 1, 2, 3, 4]])
+    speaker_of = torch.tensor([0, 1, 0, -1, 1, 0])
+    out = speaker_ranking(dense, [[0], [1], []], speaker_of, top=3)
+    assert out.tolist() == [[5, 2, 0], [1, -1, -1], [-1, -1, -1]]
+
+
+def test_time_filter_removes_events_outside_the_window_and_moves_the_rest_up():
+    day = 86400.0
+    ts = torch.tensor([0.0, 10 * day, 20 * day, 30 * day], dtype=torch.float64)
+    spans = torch.full((4, 2), math.nan, dtype=torch.float64)
+    spans[3] = torch.tensor([9 * day, 11 * day])
+    ranked = torch.tensor([[2, 3, 0, 1], [2, 3, -1, -1]])
+    inside = inside_windows(ranked, [(9 * day, 12 * day), None], ts, spans)
+    assert inside.tolist() == [[False, True, False, True], [True, True, False, False]]
+    assert keep_inside(ranked, inside).tolist() == [[3, 1, -1, -1], [2, 3, -1, -1]]
 
 
 @pytest.mark.parametrize("hops", [1, 2, 3])

@@ -3,7 +3,6 @@ magma-run returns, its metrics.json recall_all@2000tok, and is kept in the sweep
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -34,7 +33,9 @@ def test_search_space_names_existing_settings_and_composes_with_the_slurm_launch
     keys = set(sweeper.params)
     assert {"memory.retrieval.beam.lambda1", "memory.retrieval.beam.lambda2", "memory.retrieval.beam.gamma",
             "memory.retrieval.anchor_k", "memory.retrieval.context.hops",
-            "memory.retrieval.intent_weights.WHY.causal", "memory.retrieval.signal_weights.time"} <= keys
+            "memory.retrieval.intent_weights.WHY.causal", "memory.retrieval.signal_weights.time",
+            "memory.fast_path.episodes.max_gap_hours", "memory.retrieval.signal_weights.episode",
+            "memory.retrieval.intent_weights.ENTITY.episode"} <= keys
     for key in keys:
         assert OmegaConf.select(cfg, key) is not None, key
     check_overrides(["+experiment=tune_traversal", "hydra/launcher=slurm_local", "dataset=demo"])
@@ -87,7 +88,7 @@ def test_three_trial_study_records_each_runs_recall(tmp_path):
         assert t.value == metrics["overall"]["recall_all@2000tok"]
         # the trial's sampled parameters are the ones its run folder was configured with
         run_cfg = OmegaConf.load(run / "config.yaml")
-        assert len(t.params) == 22
+        assert len(t.params) == 30   # every setting of the search space was sampled
         for key, value in t.params.items():
             assert OmegaConf.select(run_cfg, key) == value, (t.number, key)
     best = OmegaConf.load(sweep / "optimization_results.yaml")

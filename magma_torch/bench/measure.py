@@ -193,7 +193,7 @@ def reference_agreement(store: MemoryStore, retriever: Retriever, q: torch.Tenso
     reference queries/s). Both searches get the same graph, anchors, start scores and intents."""
     event_adj, entity_lists = reference_graph(store.graph)
     emb = RowLists(store.events.embeddings.data)
-    start = retriever.start_scores(retriever.similarity(store.snapshot(), q), anchors, intents).cpu()
+    start = retriever.start_scores(retriever.similarity(store.snapshot(), q), anchors).cpu()
     ids, intents_l = anchors.ids.cpu(), intents.cpu().tolist()
     q_cpu = q.float().cpu()
     rows = retriever.cfg.intent_weights if retriever.cfg.use_intent else {

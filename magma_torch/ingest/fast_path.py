@@ -40,6 +40,10 @@ class FastPathConfig:
 
     def __post_init__(self):
         if isinstance(self.episodes, Mapping):
+            unknown = set(self.episodes) - set(EpisodeConfig.__dataclass_fields__)
+            if unknown:
+                raise ValueError(f"fast_path.episodes: unknown setting(s) {sorted(unknown)}; "
+                                 f"the settings are {list(EpisodeConfig.__dataclass_fields__)}")
             object.__setattr__(self, "episodes", EpisodeConfig(**self.episodes))
 
 

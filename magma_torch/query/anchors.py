@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -85,6 +86,46 @@ def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Te
     r, e = r[perm], e[perm]
     out[row_ids[r], rank_in_group(r)] = e
     return out
+
+
+def inside_windows(ids: torch.Tensor, windows: list[tuple[float, float] | None], timestamps: torch.Tensor,
+                   date_spans: torch.Tensor) -> torch.Tensor:
+    """[B, K] bool: event ``ids`` (-1 padded) whose timestamp or mentioned dates fall in their
+    question's window (every event, for a question without one; never a pad)."""
+    lo = torch.tensor([-math.inf if w is None else w[0] for w in windows], dtype=torch.float64)[:, None]
+    hi = torch.tensor([math.inf if w is None else w[1] for w in windows], dtype=torch.float64)[:, None]
+    lo, hi, safe = lo.to(timestamps.device), hi.to(timestamps.device), ids.clamp(min=0).to(timestamps.device)
+    ts, spans = timestamps[safe], date_spans[safe]
+    inside = ((ts >= lo) & (ts <= hi)) | ((spans[..., 0] <= hi) & (spans[..., 1] >= lo))
+    return (inside.to(ids.device)) & (ids >= 0)
+
+
+def keep_inside(ranked: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:
+    """A ranked list [B, K] with the events outside their window removed, the rest moved up."""
+    order = torch.sort((~inside).to(torch.int8), dim=1, stable=True).indices
+    return torch.where(torch.gather(inside, 1, order), torch.gather(ranked, 1, order), torch.full_like(ranked, -1))
+
+
+def speakers_named(question: str, names: list[str]) -> list[int]:
+    """Ids of the speakers whose name (or its first word: "Caroline" for "Caroline Smith") the
+    question mentions, as a whole word, any case."""
+    out = []
+    for i, name in enumerate(names):
+        forms = {name, name.split()[0]} if name.split() else {name}
+        if any(re.search(rf"(?<!\w){re.escape(f)}(?!\w)", question, re.IGNORECASE) for f in forms):
+            out.append(i)
+    return out
+
+
+def speaker_ranking(dense: torch.Tensor, named: list[list[int]], speaker_of: torch.Tensor, top: int) -> torch.Tensor:
+    """The dense ranking [B, K] restricted to events said by a speaker their question names
+    (speakers are event attributes, not entity nodes); [B, top], all -1 where none is named."""
+    wanted = torch.full((dense.shape[0], max(map(len, named), default=0) or 1), -2, dtype=torch.long)
+    for b, ids in enumerate(named):
+        wanted[b, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    said_by = speaker_of.to(dense.device)[dense.clamp(min=0)]
+    inside = (said_by[:, :, None] == wanted.to(dense.device)[:, None, :]).any(-1) & (dense >= 0)
+    return keep_inside(dense, inside)[:, :top]
 
 
 @dataclass(frozen=True)

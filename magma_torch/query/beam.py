@@ -33,6 +33,7 @@ class BeamConfig:
     beam_width: int = 10          # frontier size kept per depth and query
     max_nodes: int = 200          # node budget per query, anchors included
     drop_threshold: float = 0.15  # candidates with cos(v, q) below this are not expanded to
+    anchor_weight: float = 4.0    # the prior w of reaching the best anchor, as a relation weight (Retriever.start_scores)
 
 
 @dataclass(frozen=True)

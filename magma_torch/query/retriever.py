@@ -18,7 +18,8 @@ import torch
 
 from magma_torch.ingest.embedder import Embedder
 from magma_torch.query.anchors import (Anchors, ContextConfig, EpisodeSignalConfig, context_candidates,
-                                       context_scores, episode_ranking, rrf_fuse, time_ranking)
+                                       context_scores, episode_ranking, inside_windows, keep_inside, rrf_fuse,
+                                       speaker_ranking, speakers_named, time_ranking)
 from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.linearize import format_time, linearize, render_blocks
@@ -28,7 +29,7 @@ from magma_torch.store.graph import TRAVERSED
 from magma_torch.store.store import StoreSnapshot
 from magma_torch.text import count_tokens
 
-SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode")
+SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode", "speaker")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class RetrievalConfig:
     beam: BeamConfig = BeamConfig()
     similarity: SimilarityConfig = SimilarityConfig()
     budget_tokens: int | None = 2000
+    time_filter: bool = False         # the question's time window as a hard filter (paper): nothing outside it is retrieved
     score_dtype: str = "float32"
     mode: str = "graph"               # "graph": Algorithm 1; "full_context": all events, newest kept
 
@@ -52,6 +54,18 @@ class RetrievalConfig:
         """The rankings fused into anchors: those with a positive weight and a non-empty list."""
         return tuple(s for s in SIGNALS
                      if float(self.signal_weights.get(s, 0.0)) > 0 and int(self.signal_top_k.get(s, 0)) > 0)
+
+    def __post_init__(self):
+        for intent, row in self.intent_weights.items():
+            unknown = set(row) - set(TRAVERSED)
+            missing = set(TRAVERSED) - set(row)
+            if unknown or missing:
+                what = f"unknown relation(s) {sorted(unknown)}" if unknown else f"no weight for {sorted(missing)}"
+                raise ValueError(f"retrieval.intent_weights.{intent}: {what}; the relations are {list(TRAVERSED)}")
+        unknown = (set(self.signal_weights) | set(self.signal_top_k)) - set(SIGNALS)
+        if unknown:
+            raise ValueError(f"retrieval.signal_weights/signal_top_k: unknown signal(s) {sorted(unknown)}; "
+                             f"the signals are {list(SIGNALS)}")
 
     @classmethod
     def from_mapping(cls, r: dict) -> "RetrievalConfig":
@@ -136,7 +150,8 @@ class Retriever:
                 sim = self.similarity(snap, q[p])
                 anchors = self.anchors(snap, sim, epochs[p], questions[p])
                 result = self.expand(snap, sim, intents[p], anchors)
-                out += self._assemble(snap, questions[p], intents[p], windows[p], anchors, result, budget)
+                out += self._assemble(snap, questions[p], intents[p], windows[p], anchors, result, budget,
+                                      epochs[p] if self.cfg.time_filter else None)
         per_query_ms = (time.perf_counter() - started) * 1000 / max(len(questions), 1)
         for b, r in enumerate(out):
             r.retrieval_ms = per_query_ms
@@ -191,17 +206,21 @@ class Retriever:
         k = {s: int(cfg.signal_top_k.get(s, 0)) for s in SIGNALS}
         ctx = cfg.context
         n_cand = ctx.candidates if on["vector_context"] or on["keyword_context"] else 0
-        if questions is None and (on["keyword"] or on["keyword_context"]):
-            raise ValueError("the keyword signals need question texts; set retrieval.signal_weights.keyword "
-                             "and keyword_context to 0 to rank embeddings alone")
+        if questions is None and (on["keyword"] or on["keyword_context"] or on["speaker"]):
+            raise ValueError("the keyword and speaker signals need question texts; set retrieval.signal_weights."
+                             "keyword, keyword_context and speaker to 0 to rank embeddings alone")
         empty = torch.zeros((sim.batch_size, 0), dtype=torch.long, device=dev)
-        dense = sim.top_k(max(k["vector"], n_cand)) if on["vector"] or n_cand else empty
+        need = max(k["vector"], n_cand, k["speaker"] if on["speaker"] else 0)
+        dense = sim.top_k(need) if on["vector"] or n_cand or on["speaker"] else empty
         kw_scores = torch.from_numpy(snap.keyword_index.scores(questions, upto=n)).to(dev) if (
             on["keyword"] or on["keyword_context"]) else None
         kw_top = torch.from_numpy(snap.keyword_index.top_k(kw_scores.cpu().numpy(), max(k["keyword"], n_cand))).to(
             dev) if kw_scores is not None else empty
         ranked = {"vector": dense[:, : k["vector"]], "keyword": kw_top[:, : k["keyword"]], "time": empty,
-                  "vector_context": empty, "keyword_context": empty, "episode": empty}
+                  "vector_context": empty, "keyword_context": empty, "episode": empty, "speaker": empty}
+        if on["speaker"]:
+            named = [speakers_named(text, snap.speaker_names) for text in questions]
+            ranked["speaker"] = speaker_ranking(dense, named, snap.speaker_of, k["speaker"])
         if on["episode"]:
             ranked["episode"] = episode_ranking(snap.episode_embeddings().to(dev), snap.graph.episode_event, sim, n,
                                                 cfg.episode, k["episode"])
@@ -215,31 +234,41 @@ class Retriever:
             if on["keyword_context"]:
                 sc = context_scores(cand, snap.prev, snap.next, n, ctx, keyword=kw_scores)
                 ranked["keyword_context"] = top_ids(cand, sc, k["keyword_context"])
+        if cfg.time_filter and any(w is not None for w in windows):
+            ranked = {s: keep_inside(r, inside_windows(r, windows, snap.timestamps, snap.date_spans))
+                      for s, r in ranked.items()}
         weights = [float(cfg.signal_weights.get(s, 0.0)) if on[s] else 0.0 for s in SIGNALS]
         return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, cfg.anchor_k, max(n, 1))
 
-    def start_scores(self, sim: Similarity, anchors: Anchors, intents: torch.Tensor) -> torch.Tensor:
+    def start_scores(self, sim: Similarity, anchors: Anchors) -> torch.Tensor:
         """The beam's start score of each anchor, on the scale of the transitions it competes
-        with: the best transition the question allows, exp(lambda1 * max_r w[T_q, r] + lambda2 *
-        c), c the best cosine of an anchor with the question, times the anchor's RRF relative to
-        the question's best. An expansion that scores above a weak anchor displaces it."""
+        with: the best anchor counts as a hop of weight ``beam.anchor_weight`` to the event most
+        similar to the question, exp(lambda1 * anchor_weight + lambda2 * c), c the best cosine of
+        an anchor with the question; the others scale by their RRF relative to the best. So an
+        expansion whose transition beats a weak anchor's displaces it, and removing or
+        re-weighting a relation (the ablations) changes the transitions, not the anchors."""
         b, valid = self.cfg.beam, anchors.ids >= 0
         rows = torch.arange(anchors.ids.shape[0], device=anchors.ids.device)[:, None].expand_as(anchors.ids)
         cos = torch.full(anchors.ids.shape, -1.0, dtype=torch.float64, device=anchors.ids.device)
         cos[valid] = sim.pairs(rows[valid], anchors.ids[valid]).double()
-        w_top = self.weights.max(dim=1).values.double().to(cos.device)[intents.to(cos.device)]
-        top = torch.exp(b.lambda1 * w_top + b.lambda2 * cos.max(dim=1).values)
+        top = torch.exp(b.lambda1 * b.anchor_weight + b.lambda2 * cos.max(dim=1).values)
         best = anchors.scores[:, :1].clamp(min=1e-12)
         return (top[:, None] * anchors.scores / best).to(self.dtype)
 
     @torch.inference_mode()
     def expand(self, snap: StoreSnapshot, sim: Similarity, intents: torch.Tensor, anchors: Anchors) -> BeamResult:
-        return beam_search(snap.graph, sim, intents, anchors.ids, self.start_scores(sim, anchors, intents), self.weights,
+        return beam_search(snap.graph, sim, intents, anchors.ids, self.start_scores(sim, anchors), self.weights,
                            self.cfg.beam, self.dtype)
 
-    def _assemble(self, snap, questions, intents, windows, anchors, res: BeamResult, budget) -> list[Retrieval]:
+    def _assemble(self, snap, questions, intents, windows, anchors, res: BeamResult, budget,
+                  filter_windows: list | None = None) -> list[Retrieval]:
+        """Retrievals from the visited set; with ``filter_windows`` (epoch windows) expansions
+        outside their question's window are left out too."""
         rows, causal = snap.rows, list(zip(*(t.tolist() for t in snap.causal_edges)))
         order = salience_order(res)
+        if filter_windows is not None and order.numel():
+            of_query = [filter_windows[i] for i in res.query[order].tolist()]
+            order = order[inside_windows(res.node[order][:, None], of_query, snap.timestamps, snap.date_spans)[:, 0]]
         q_of, node, score = res.query.tolist(), res.node.tolist(), res.score.tolist()
         parent, rel, via = res.parent.tolist(), res.relation.tolist(), res.via.tolist()
         per_query: list[list[int]] = [[] for _ in questions]

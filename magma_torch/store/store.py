@@ -36,6 +36,8 @@ class StoreSnapshot:
     keyword_index: KeywordIndex
     causal_edges: tuple[torch.Tensor, torch.Tensor]
     episode_of: torch.Tensor          # [num_events] episode id of each event
+    speaker_of: torch.Tensor          # [num_events] speaker id of each event (-1: none)
+    speaker_names: list[str]          # speaker id -> name (shared, append-only)
     episode_first: torch.Tensor       # [num_episodes] first event of each episode
     episode_sums: torch.Tensor        # [num_episodes, d] summed member embeddings (the open ones may still grow)
     episode_keyword_index: KeywordIndex
@@ -85,7 +87,7 @@ class MemoryStore:
                                  self.events.prev.data, self.events.chain_dots.data, self.events.next.data,
                                  self.graph.snapshot(n, m, p), self.events.rows, self.entities.names,
                                  self.vector_index, self.keyword_index, (s, d), self.events.episode.data,
-                                 self.episodes.first.data, self.episodes.sums.data, self.episode_keywords)
+                                 self.events.speaker.data, self.events.speaker_names, self.episodes.first.data, self.episodes.sums.data, self.episode_keywords)
 
     def stats(self) -> dict:
         with self.lock:

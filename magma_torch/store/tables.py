@@ -58,6 +58,10 @@ class EventTable:
         self.next = GrowableTensor((), torch.long, device)
         # The episode each event belongs to (paper Sec. 3.2); set by the fast path right after the append.
         self.episode = GrowableTensor((), torch.long, device)
+        # Speakers are event attributes (not entity nodes): an id per event (-1: none) into speaker_names.
+        self.speaker = GrowableTensor((), torch.long, device)
+        self.speaker_names: list[str] = []
+        self.speaker_ids: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -80,6 +84,7 @@ class EventTable:
         self.prev.extend(prev_t)
         self.next.extend(torch.full((len(rows),), -1, dtype=torch.long))
         self.episode.extend(torch.full((len(rows),), -1, dtype=torch.long))
+        self.speaker.extend(torch.tensor([self._speaker_id(r.speaker) for r in rows], dtype=torch.long))
         linked = prev_t >= 0
         # A reader's snapshot may now see a next pointer past its own end; queries mask those.
         dev = self.next.data.device
@@ -87,6 +92,14 @@ class EventTable:
         new = torch.arange(start, start + len(rows), device=dev)
         self.chain_dots.extend(self.predecessor_cosines(new, prev_t.to(dev)))
         return ids
+
+    def _speaker_id(self, name: str | None) -> int:
+        if name is None:
+            return -1
+        if name not in self.speaker_ids:
+            self.speaker_ids[name] = len(self.speaker_names)
+            self.speaker_names.append(name)
+        return self.speaker_ids[name]
 
     def predecessor_cosines(self, events: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
         """[len(events), chain_span]: e_v . e_(k-th predecessor of v) for k = 1.., 0 past a stream's
