@@ -24,7 +24,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-ABLATIONS = ("magma_no_policy", "magma_no_causal", "magma_no_temporal", "magma_no_entity")
+ABLATIONS = ("magma_no_traversal", "magma_no_episode", "magma_no_entity", "magma_no_causal", "magma_no_policy",
+             "magma_no_temporal")
 LOCOMO_ORDER = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial")
 # the parts of a run's config that make two runs of one memory the same experiment
 SAME_RUN_KEYS = ("task", "memory", "consolidation", "llm", "judge")

@@ -25,6 +25,7 @@ class SyntheticMemory:
     embeddings: torch.Tensor          # [N, d] unit rows
     topics: torch.Tensor              # [N] topic of each event
     streams: torch.Tensor             # [N] conversation of each event
+    sessions: torch.Tensor            # [N] session of each event within its conversation (its episodes)
     timestamps: torch.Tensor          # [N] float64 epoch seconds, increasing with id
     date_days_back: torch.Tensor      # [N] days before the event of the date it mentions, -1 for none
     centres: torch.Tensor             # [T, d] topic centres
@@ -86,6 +87,10 @@ def synthesize(n: int, cfg, seed: int = 0) -> SyntheticMemory:
     topics = torch.randint(0, n_topics, (n,), generator=g)
     emb = _around(centres, topics, cfg.topic_noise, g)
     streams = torch.randint(0, cfg.streams, (n,), generator=g)
+    order = torch.argsort(streams, stable=True)            # position of each event within its stream
+    position = torch.empty_like(order)
+    position[order] = torch.arange(n) - torch.searchsorted(streams[order], streams[order])
+    sessions = position // cfg.events_per_session
     timestamps = cfg.start_epoch + torch.arange(n, dtype=torch.float64) * cfg.seconds_per_event
     dated = torch.rand(n, generator=g) < cfg.date_fraction
     days = torch.randint(0, cfg.date_max_days_back + 1, (n,), generator=g)
@@ -109,21 +114,22 @@ def synthesize(n: int, cfg, seed: int = 0) -> SyntheticMemory:
     mentions = _unique_pairs(event.reshape(-1), entity.reshape(-1), n_topics * pool)
     entity_topic = torch.arange(n_topics).repeat_interleave(pool)
     names = [f"topic{t}-entity{j}" for t in range(n_topics) for j in range(pool)]
-    return SyntheticMemory(emb, topics, streams, timestamps, date_days_back, centres, semantic, causal, mentions,
+    return SyntheticMemory(emb, topics, streams, sessions, timestamps, date_days_back, centres, semantic, causal, mentions,
                            names, _around(centres, entity_topic, cfg.topic_noise, g))
 
 
 def event_rows(mem: SyntheticMemory, lo: int, hi: int) -> list[EventRow]:
     """Store rows of events lo..hi-1 (the text names the event; nothing reads it)."""
     rows = []
-    for i, ts, stream, back in zip(range(lo, hi), mem.timestamps[lo:hi].tolist(), mem.streams[lo:hi].tolist(),
-                                   mem.date_days_back[lo:hi].tolist()):
+    for i, ts, stream, session, back in zip(range(lo, hi), mem.timestamps[lo:hi].tolist(), mem.streams[lo:hi].tolist(),
+                                            mem.sessions[lo:hi].tolist(), mem.date_days_back[lo:hi].tolist()):
         dates = []
         if back >= 0:
             day = datetime.fromtimestamp(ts - back * 86400, timezone.utc).date().isoformat()
             dates = [{"expression": f"{back} days ago", "start": day, "end": day, "granularity": "day",
                       "label": day}]
-        rows.append(EventRow(text=f"synthetic event {i}", timestamp=ts, stream=f"stream{stream}", dates=dates))
+        rows.append(EventRow(text=f"synthetic event {i}", timestamp=ts, stream=f"stream{stream}",
+                             session_id=f"session{session}", dates=dates))
     return rows
 
 
