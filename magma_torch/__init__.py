@@ -1,5 +1,5 @@
 """magma_torch: MAGMA, the multi-graph memory for LLM agents, on PyTorch Geometric tensors."""
-__all__ = ["MagmaMemory"]
+__all__ = ["MagmaMemory", "StoredEvent", "UnknownEventError"]
 __version__ = "0.1.0"
 
 
@@ -10,4 +10,8 @@ def __getattr__(name: str):
         from magma_torch.memory import MagmaMemory
 
         return MagmaMemory
+    if name in ("StoredEvent", "UnknownEventError"):
+        from magma_torch import events
+
+        return getattr(events, name)
     raise AttributeError(f"module 'magma_torch' has no attribute {name!r}")

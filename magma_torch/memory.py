@@ -4,7 +4,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from magma_torch.config import load_group
 from magma_torch.eval.prompts import answer_prompt
+from magma_torch.events import StoredEvent, UnknownEventError
 from magma_torch.ingest import fast_path
 from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.episodes import assign_episodes
@@ -23,7 +24,7 @@ from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.base import LLM
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
-from magma_torch.store import integrity, persistence
+from magma_torch.store import integrity, jsonl, persistence
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.wal import WriteAheadLog
 
@@ -226,6 +227,11 @@ class MagmaMemory:
     def retrieve_batch(self, questions: Sequence[str], query_times: Sequence | None = None,
                        budget_tokens: int | None = None) -> list[Retrieval]:
         questions = list(questions)
+        for i, q in enumerate(questions):
+            if not isinstance(q, str) or not q.strip():
+                what = "empty" if isinstance(q, str) else f"a {type(q).__name__}, not a string"
+                where = f"question {i}" if len(questions) > 1 else "the question"
+                raise ValueError(f"{where} is {what}: {q!r}")
         times = [None] * len(questions) if query_times is None else list(query_times)
         if len(times) != len(questions):
             raise ValueError(f"query_times has {len(times)} entries for {len(questions)} questions")
@@ -281,11 +287,14 @@ class MagmaMemory:
         persistence.write_save(path, self._encode())
 
     def _encode(self, wal_seq: int = 0) -> dict[str, bytes]:
+        return persistence.encode_save(self._capture(wal_seq))
+
+    def _capture(self, wal_seq: int = 0) -> persistence.SavedStore:
         # Paused between batches and under the store lock, queue, statuses, consolidator
-        # state and store agree; the files are then written without holding either.
+        # state and store agree; they are copied out and encoded without holding either.
         with self.worker.paused(), self.store.lock:
             c = self.consolidation_config
-            return persistence.encode_store(self.store, {
+            return persistence.capture_store(self.store, {
                 "namespace": self.namespace,
                 "config": OmegaConf.to_container(self.config, resolve=True),
                 "consolidation": {} if c is None else OmegaConf.to_container(c, resolve=True),
@@ -293,19 +302,80 @@ class MagmaMemory:
                 "consolidator": None if self.consolidator is None else self.consolidator.state_dict(),
                 "wal_seq": wal_seq})
 
+    # ---- inspect, export, import ----
+    def events(self) -> Iterator[StoredEvent]:
+        """Every stored event, oldest first (by timestamp, then id), as of this call."""
+        with self.store.lock:
+            n = len(self.store)
+            rows, ts = self.store.events.rows[:n], self.store.events.timestamps.data[:n].tolist()
+            episodes = self.store.events.episode.data[:n].tolist()
+            status = self.worker.statuses(range(n))
+        for i in sorted(range(n), key=lambda i: (ts[i], i)):
+            yield StoredEvent.from_row(i, rows[i], episodes[i], status[i])
+
+    def event(self, event_id: int) -> StoredEvent:
+        """One stored event; ``UnknownEventError`` (a KeyError) when there is no such id."""
+        with self.store.lock:
+            n = len(self.store)
+            if isinstance(event_id, bool) or not isinstance(event_id, int) or not 0 <= event_id < n:
+                raise UnknownEventError(f"no event {event_id!r} in this memory (ids are 0..{n - 1})"
+                                        if n else f"no event {event_id!r}: this memory is empty")
+            row, episode = self.store.events.rows[event_id], int(self.store.events.episode.data[event_id])
+            status = self.worker.statuses([event_id])[0]
+        return StoredEvent.from_row(event_id, row, episode, status)
+
+    def export_jsonl(self, path: str | os.PathLike) -> None:
+        """Write the memory as portable JSON lines (format: ``magma_torch.store.jsonl``): configs,
+        events with their embeddings, every relation's edges, entities, episodes, the slow-path
+        queue and statuses, the consolidator's state. Atomic, like ``save``."""
+        jsonl.write_jsonl(self._capture(), path)
+
+    @classmethod
+    def import_jsonl(cls, path: str | os.PathLike, *, namespace: str | None = None,
+                     store_dir: str | os.PathLike | None = None, durable: bool = False,
+                     embedder: Embedder | None = None, device: str | None = None, llm: LLM | None = None
+                     ) -> "MagmaMemory":
+        """A memory exactly as ``export_jsonl`` wrote it, under its own or another ``namespace``;
+        with ``store_dir``, that namespace must hold no events yet, and the import is checkpointed
+        there. Raises ``CorruptSaveError`` naming the file and line of a damaged export."""
+        saved = jsonl.read_jsonl(path)
+        if namespace is not None:
+            saved.state["namespace"] = namespace
+        return cls._from_saved(saved, embedder=embedder, device=device, llm=llm, store_dir=store_dir,
+                               durable=durable)
+
+    @staticmethod
+    def namespaces(store_dir: str | os.PathLike) -> list[str]:
+        """The namespaces (tenants) of ``store_dir`` that hold a checkpoint, sorted."""
+        root = Path(store_dir)
+        if not root.is_dir():
+            raise FileNotFoundError(f"{root}: no such store_dir")
+        return sorted(p.name for p in root.iterdir()
+                      if _NAMESPACE.fullmatch(p.name) and (p / CHECKPOINT).is_dir())
+
     @classmethod
     def load(cls, path: str | os.PathLike, *, embedder: Embedder | None = None,
              device: str | None = None, llm: LLM | None = None) -> "MagmaMemory":
         """Rebuild a memory written by ``save``; its pending events are consolidated by the
         worker as usual. Raises ``CorruptSaveError`` naming a missing or damaged file."""
-        saved = persistence.read_save(path)
+        return cls._from_saved(persistence.read_save(path), embedder=embedder, device=device, llm=llm)
+
+    @classmethod
+    def _from_saved(cls, saved: persistence.SavedStore, *, embedder: Embedder | None, device: str | None,
+                    llm: LLM | None, store_dir: str | os.PathLike | None = None,
+                    durable: bool = False) -> "MagmaMemory":
         s = saved.state
         mem = cls(saved_config(s["config"]), s["consolidation"], namespace=s["namespace"], device=device,
-                  embedder=embedder, llm=llm)
+                  embedder=embedder, llm=llm, store_dir=store_dir, durable=durable)
         try:
+            if len(mem.store):
+                raise FileExistsError(f"{mem.path}: namespace {mem.namespace!r} holds {len(mem.store)} events; "
+                                      "import into a new or empty namespace")
             mem._restore(saved)
+            if mem.path is not None:
+                mem.checkpoint()
         except BaseException:
-            mem.close()
+            mem.close(checkpoint=False)
             raise
         return mem
 
@@ -352,9 +422,15 @@ def saved_config(config: Mapping) -> DictConfig:
 
 
 def _check_same_ingest(saved: persistence.SavedStore, config: DictConfig) -> None:
-    """Replaying the log with other fast-path settings would give other edges: refuse."""
+    """Replaying the log with other fast-path settings would give other edges: refuse. Settings
+    added since the save are compared at their defaults, and the future horizon, which refuses
+    records but makes no edge, not at all."""
+    stored = saved_config(saved.state["config"])
     for key in ("embedder", "fast_path"):
-        was, now = saved.state["config"].get(key), OmegaConf.to_container(config[key], resolve=True)
+        was, now = (OmegaConf.to_container(c[key], resolve=True) for c in (stored, config))
+        if key == "fast_path":
+            was.pop("future_horizon_days", None)
+            now.pop("future_horizon_days", None)
         if was != now:
             raise ValueError(f"{saved.path}: stored with memory.{key}={was}, opened with memory.{key}={now}; "
                              "open it with the stored config (config=None)")

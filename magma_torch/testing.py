@@ -30,3 +30,56 @@ def abandon(mem) -> None:
     """Drop a ``MagmaMemory`` the way kill -9 would: no checkpoint, no flush beyond what its
     adds fsynced; its folder lock is released, so the same process can reopen the store."""
     mem.close(checkpoint=False)
+
+
+def store_tensors(mem) -> dict:
+    """Every tensor column of a memory's store: events, entities, episodes and each relation's edges."""
+    ev, en, ep = mem.store.events, mem.store.entities, mem.store.episodes
+    out = {f"graph.{k}": v for k, v in mem.store.graph.state().items()}
+    columns = ("embeddings", "scan_embeddings", "chain_dots", "timestamps", "date_spans", "prev", "next", "episode",
+               "speaker")
+    out.update({f"events.{c}": getattr(ev, c).data for c in columns})
+    out.update({f"episodes.{c}": getattr(ep, c).data for c in ("sums", "first", "last", "size")})
+    out["entities.embeddings"] = en.embeddings.data
+    return out
+
+
+def assert_same_store(a, b) -> None:
+    """Two memories hold the same store, indexes, slow-path queue and statuses, and consolidator
+    state (tensors bit for bit; their namespaces may differ)."""
+    sa, sb = a.stats(), b.stats()
+    assert {**sa, "namespace": None} == {**sb, "namespace": None}
+    ta, tb = store_tensors(a), store_tensors(b)
+    assert ta.keys() == tb.keys()
+    for k in ta:
+        assert ta[k].dtype == tb[k].dtype and torch.equal(ta[k].nan_to_num(-1.0), tb[k].nan_to_num(-1.0)), k
+    ea, eb = a.store.events, b.store.events
+    assert ea.rows == eb.rows and ea.by_source == eb.by_source and ea.by_content == eb.by_content
+    assert ea.last_of_stream == eb.last_of_stream
+    assert ea.speaker_names == eb.speaker_names
+    na, nb = a.store.entities, b.store.entities
+    assert (na.names, na.kinds, na.surfaces, na.by_name) == (nb.names, nb.kinds, nb.surfaces, nb.by_name)
+    assert (a.store.episodes.streams, a.store.episodes.last_of_stream) == (
+        b.store.episodes.streams, b.store.episodes.last_of_stream)
+    assert a.store.keyword_index._docs == b.store.keyword_index._docs
+    assert a.store.episode_keywords._docs == b.store.episode_keywords._docs
+    assert len(a.store.vector_index) == len(b.store.vector_index) == len(ea)
+    assert list(a.worker.queue) == list(b.worker.queue) and a.worker.status == b.worker.status
+    assert a.consolidator.state_dict() == b.consolidator.state_dict()
+
+
+def assert_same_retrieval(a, b) -> None:
+    """Every seventh demo question (every category and intent) retrieves the same from both:
+    intent, window, nodes and scores, paths, anchors and context."""
+    from magma_torch.eval.datasets import load_demo   # lazy: the tensor tests do without the datasets
+
+    qs = [q for s in load_demo() for q in s.questions][::7]
+    texts, times = [q.question for q in qs], [q.query_time for q in qs]
+    results = list(zip(a.retrieve_batch(texts, times), b.retrieve_batch(texts, times)))
+    assert {ra.intent for ra, _ in results} == {"WHY", "WHEN", "ENTITY"}
+    for ra, rb in results:
+        assert ra.intent == rb.intent and ra.time_window == rb.time_window
+        assert ra.nodes == rb.nodes and ra.paths == rb.paths and ra.anchors == rb.anchors
+        assert (ra.context, ra.context_tokens, ra.context_ids, ra.truncated) == (
+            rb.context, rb.context_tokens, rb.context_ids, rb.truncated)
+        assert ra.nodes

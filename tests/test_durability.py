@@ -66,7 +66,7 @@ def test_replay_reproduces_the_original_ingest(embedder, tmp_path):
     mem = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
     for a in range(0, len(recs), 37):  # many log records, of several sizes
         mem.add_many(recs[a:a + 37])
-    mem.add("one more, added alone", "2099-01-01", source_id="last")
+    mem.add("one more, added alone", "2024-01-01", source_id="last")
     original = state(mem)
     abandon(mem)
     assert not persistence.read_save(tmp_path / "default" / CHECKPOINT).state["counts"]["events"]
@@ -223,7 +223,7 @@ def test_disk_full_on_log_append_fails_the_add_and_changes_nothing(embedder, tmp
 
 def test_unloggable_metadata_is_refused_before_anything_is_written(embedder, tmp_path):
     with MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder) as mem:
-        with pytest.raises(IngestError, match="source_id='x': metadata is not JSON-serialisable"):
+        with pytest.raises(IngestError, match=r"record 0 \(source_id='x'\): metadata is not JSON-serialisable"):
             mem.add("hello", "2024-01-01", source_id="x", metadata={"obj": object()})
         assert len(mem.store) == 0 and (tmp_path / "default" / WAL).stat().st_size == 0
 

@@ -7,17 +7,19 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
+from magma_torch.ingest import bulk
 from magma_torch.ingest.embedder import Embedder
 from magma_torch.memory import saved_config
 from magma_torch.store import persistence
 from magma_torch.store.persistence import CorruptSaveError
 from magma_torch.store.store import MemoryStore
+from magma_torch.store.tables import EventRow
+from magma_torch.testing import assert_same_retrieval, assert_same_store
 
 @pytest.fixture(scope="module")
 def embedder():
@@ -62,43 +64,6 @@ def saved(embedder, tmp_path_factory):
     with half_consolidated(embedder) as mem:
         mem.save(path)
     return path
-
-
-def tensors(mem: MagmaMemory) -> dict[str, torch.Tensor]:
-    ev, en = mem.store.events, mem.store.entities
-    out = {f"graph.{k}": v for k, v in mem.store.graph.state().items()}
-    out.update({"embeddings": ev.embeddings.data, "timestamps": ev.timestamps.data, "date_spans": ev.date_spans.data,
-                "prev": ev.prev.data, "next": ev.next.data, "entity_embeddings": en.embeddings.data})
-    return out
-
-
-def assert_same_store(a: MagmaMemory, b: MagmaMemory) -> None:
-    assert a.stats() == b.stats()
-    ta, tb = tensors(a), tensors(b)
-    assert ta.keys() == tb.keys()
-    for k in ta:
-        assert ta[k].dtype == tb[k].dtype and torch.equal(ta[k].nan_to_num(-1.0), tb[k].nan_to_num(-1.0)), k
-    ea, eb = a.store.events, b.store.events
-    assert ea.rows == eb.rows and ea.by_source == eb.by_source and ea.last_of_stream == eb.last_of_stream
-    na, nb = a.store.entities, b.store.entities
-    assert (na.names, na.kinds, na.surfaces, na.by_name) == (nb.names, nb.kinds, nb.surfaces, nb.by_name)
-    assert a.store.keyword_index._docs == b.store.keyword_index._docs
-    assert len(a.store.vector_index) == len(b.store.vector_index) == len(ea)
-    assert list(a.worker.queue) == list(b.worker.queue) and a.worker.status == b.worker.status
-    assert a.consolidator.state_dict() == b.consolidator.state_dict()
-
-
-def assert_same_retrieval(a: MagmaMemory, b: MagmaMemory) -> None:
-    qs = [q for s in load_demo() for q in s.questions][::7]  # every category, WHY/WHEN/ENTITY intents
-    texts, times = [q.question for q in qs], [q.query_time for q in qs]
-    results = list(zip(a.retrieve_batch(texts, times), b.retrieve_batch(texts, times)))
-    assert {ra.intent for ra, _ in results} == {"WHY", "WHEN", "ENTITY"}
-    for ra, rb in results:
-        assert ra.intent == rb.intent and ra.time_window == rb.time_window
-        assert [(n.id, n.score, n.source_ids) for n in ra.nodes] == [(n.id, n.score, n.source_ids) for n in rb.nodes]
-        assert ra.paths == rb.paths and ra.anchors == rb.anchors
-        assert (ra.context, ra.context_tokens, ra.context_ids) == (rb.context, rb.context_tokens, rb.context_ids)
-        assert ra.nodes
 
 
 def test_round_trip_is_exact(half, embedder, tmp_path):
@@ -169,8 +134,11 @@ def test_odd_text_metadata_and_empty_memory(embedder, tmp_path):
 
 
 def test_unserialisable_metadata_is_named(embedder, tmp_path):
+    """``add`` refuses such metadata (test_lifecycle.py); rows written around the fast path
+    (``ingest.bulk``) are still checked when saved."""
     mem = new_memory(embedder)
-    mem.add("hello there", "2024-01-02 10:00", source_id="x:1", metadata={"obj": object()})
+    rows = [EventRow("hello there", 1.7e9, "s", source_id="x:1", metadata={"obj": object()})]
+    bulk.add_events(mem.store, rows, embedder.encode(["hello there"]))
     with pytest.raises(TypeError, match=r"event 0 \(source_id='x:1'\): metadata"):
         mem.save(tmp_path / "mem")
     assert not list(tmp_path.iterdir())

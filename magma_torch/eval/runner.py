@@ -20,7 +20,8 @@ from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from magma_torch.eval.datasets import DatasetError, Sample, dataset_categories, load_dataset, select_samples
+from magma_torch.eval.datasets import (DatasetError, Sample, check_limit, dataset_categories, load_dataset,
+                                       select_samples)
 from magma_torch.eval.overrides import OverrideError, check_overrides
 from magma_torch.eval.metrics import (percentile, recall_all_at_k, recall_all_at_tokens, recall_any_at_k)
 from magma_torch.config import group_options
@@ -174,8 +175,9 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
     d = cfg.dataset
-    samples = load_dataset(d.name, d.get("path"))
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
+    check_limit(limit)   # before the dataset is read
+    samples = load_dataset(d.name, d.get("path"))
     if sample_ids is not None or shard is not None:
         total = None  # the progress bar's length is known only once the selection has run
     elif isinstance(samples, Sized):

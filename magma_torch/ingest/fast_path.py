@@ -5,20 +5,19 @@ bad input raises with the offending record named and leaves the store as it was.
 """
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-import numpy as np
 import torch
 
 from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.episodes import EpisodeConfig, assign_episodes
+from magma_torch.store.persistence import float32_from_base64, float32_to_base64
 from magma_torch.store.store import MemoryStore
-from magma_torch.store.tables import EventRow
+from magma_torch.store.tables import EventRow, content_key
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +35,7 @@ class FastPathConfig:
     theta_sim: float = 0.3        # cosine threshold for a semantic edge
     embed_speaker: bool = True    # embed "speaker: text" so who said it is part of the content
     default_stream: str = "default"
+    future_horizon_days: float = 7.0   # timestamps later than this many days after now are refused
     episodes: EpisodeConfig = field(default_factory=EpisodeConfig)
 
     def __post_init__(self):
@@ -58,8 +58,10 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) ->
 
     rows: list[EventRow] = []
     existing: list[int | None] = []
-    seen: dict[str, int] = {}
+    seen: dict = {}   # source ids and content keys of this batch's new rows -> -1 - row index
     last_ts = {stream: store.events.rows[i].timestamp for stream, i in store.events.last_of_stream.items()}
+    # "now" is the wall clock in UTC; stored times are wall-clock times read as UTC (as_utc)
+    horizon = datetime.now(timezone.utc).timestamp() + cfg.future_horizon_days * 86400.0
     for i, rec in enumerate(records):
         name = _record_name(i, rec)
         if not isinstance(rec, Mapping):
@@ -76,30 +78,37 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) ->
             ts = parse_timestamp(rec["timestamp"])
         except ValueError as err:
             raise IngestError(f"{name}: {err}") from None
-        source_id = rec.get("source_id")
-        if source_id is not None:
-            source_id = str(source_id)
-            if source_id in store.events.by_source or source_id in seen:
-                # Idempotent: re-adding a known source_id returns the node it already has.
-                existing.append(store.events.by_source.get(source_id, seen.get(source_id)))
-                continue
-        stream = str(rec.get("stream") or cfg.default_stream)
         epoch = as_utc(ts).timestamp()
+        if epoch > horizon:
+            # It would block its stream: every later add would go backwards in time.
+            raise IngestError(f"{name}: timestamp {ts.isoformat()} is more than fast_path.future_horizon_days="
+                              f"{cfg.future_horizon_days:g} days ahead of now")
+        source_id = None if rec.get("source_id") is None else str(rec["source_id"])
+        stream = str(rec.get("stream") or cfg.default_stream)
+        speaker = None if rec.get("speaker") is None else str(rec["speaker"])
+        # Idempotent: a known source_id, or without one the same text, time, speaker and stream,
+        # returns the node it already has.
+        key = source_id if source_id is not None else content_key(text, epoch, speaker, stream)
+        known = store.events.by_source if source_id is not None else store.events.by_content
+        if key in known or key in seen:
+            existing.append(known.get(key, seen.get(key)))
+            continue
         if stream in last_ts and epoch < last_ts[stream]:
             raise IngestError(f"{name}: timestamp {ts.isoformat()} goes backwards in stream {stream!r}")
         last_ts[stream] = epoch
         metadata = rec.get("metadata")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise IngestError(f"{name}: metadata must be a mapping, got {type(metadata).__name__}")
-        speaker = rec.get("speaker")
-        rows.append(EventRow(text=text, timestamp=epoch, stream=stream,
-                             speaker=None if speaker is None else str(speaker), source_id=source_id,
+        try:
+            # Stored as JSON reads it back, so the store, its save, its log and an export agree.
+            metadata = json.loads(json.dumps(dict(metadata))) if metadata else None
+        except (TypeError, ValueError) as err:
+            raise IngestError(f"{name}: metadata is not JSON-serialisable: {err}") from None
+        rows.append(EventRow(text=text, timestamp=epoch, stream=stream, speaker=speaker, source_id=source_id,
                              session_id=None if rec.get("session_id") is None else str(rec["session_id"]),
-                             dates=[_date_dict(d) for d in resolve_dates(text, ts)],
-                             metadata=dict(metadata) if metadata else None))
+                             dates=[_date_dict(d) for d in resolve_dates(text, ts)], metadata=metadata))
         existing.append(None)
-        if source_id is not None:
-            seen[source_id] = -len(rows)  # placeholder -1 - row index: resolved to a real id after append
+        seen[key] = -len(rows)  # placeholder -1 - row index: resolved to a real id after append
     return rows, existing
 
 
@@ -130,21 +139,14 @@ class PreparedBatch:
         The embeddings are logged (float32, base64), not recomputed on replay: replay must give
         the same semantic edges, and re-encoding in other batch shapes or on another device is
         not bit-exact (a cosine at the threshold could flip)."""
-        for r in self.rows:  # refused here, while nothing is written yet, rather than at the next checkpoint
-            try:
-                json.dumps(r.metadata)
-            except (TypeError, ValueError) as err:
-                raise IngestError(f"event with source_id={r.source_id!r}: metadata is not JSON-serialisable, "
-                                  f"so it cannot be logged: {err}") from None
-        emb = self.embeddings.detach().float().cpu().contiguous().numpy()
         return {"op": "add", "first": first_id, "rows": [asdict(r) for r in self.rows],
-                "embeddings": base64.b64encode(emb.astype("<f4").tobytes()).decode()}
+                "embeddings": float32_to_base64(self.embeddings)}
 
     @classmethod
     def from_record(cls, record: dict, store: MemoryStore) -> "PreparedBatch":
         rows = [EventRow(**r) for r in record["rows"]]
-        emb = np.frombuffer(base64.b64decode(record["embeddings"]), dtype="<f4").reshape(len(rows), store.dim)
-        emb = torch.from_numpy(emb.copy()).to(store.device, store.events.embeddings.data.dtype)
+        emb = float32_from_base64(record["embeddings"], (len(rows), store.dim))
+        emb = emb.to(store.device, store.events.embeddings.data.dtype)
         return cls(rows, emb, [None] * len(rows))
 
 

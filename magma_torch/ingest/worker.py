@@ -23,7 +23,7 @@ import re
 import threading
 import weakref
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Protocol
@@ -109,6 +109,11 @@ class SlowPathWorker:
             finally:
                 self._holds -= 1
                 self._cv.notify_all()
+
+    def statuses(self, ids: Iterable[int]) -> list[tuple[str, str]]:
+        """(status, reason) of each event; one the fast path has written but not yet submitted is pending."""
+        with self._cv:
+            return [self.status.get(i, ("pending", "")) for i in ids]
 
     def state_dict(self, num_events: int) -> dict:
         """Queue (in order) and status of events ``0..num_events-1``; call while paused.

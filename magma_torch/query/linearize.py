@@ -10,6 +10,8 @@ reader still sees that something happened in between.
 
 A block's ``tokens`` include its episode's header when it is the most salient event of
 that episode: summed in salience order, they are the context's size, brevity codes aside.
+The most salient block is always shown; when it alone is over the budget, its text is cut
+to fit and marked "…[cut]" (``Block.cut``), so the budget holds for any event.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from datetime import datetime, timezone
 from graphlib import TopologicalSorter
 
 from magma_torch.store.tables import EventRow
-from magma_torch.text import count_tokens
+from magma_torch.text import count_tokens, first_tokens
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Block:
     text: str
     tokens: int
     episode: int = -1                  # -1: shown on its own, fully dated
+    cut: bool = False                  # its text was cut to fit the budget
 
 
 def format_time(epoch: float) -> str:
@@ -76,6 +79,17 @@ def select_within_budget(blocks: list[Block], budget_tokens: int | None) -> list
     return out
 
 
+def cut_block(b: Block, room: int) -> Block:
+    """``b`` cut to ``room`` tokens, its own episode header's share included, with the cut
+    marked; ``b`` itself when it fits. A room too small for the mark leaves just the mark."""
+    if b.tokens <= room:
+        return b
+    header = b.tokens - count_tokens(b.text)
+    kept = first_tokens(b.text, room - header - _CUT_TOKENS)
+    text = f"{kept} {CUT_MARK}" if kept else CUT_MARK
+    return Block(b.event, text, header + count_tokens(text), b.episode, cut=True)
+
+
 def display_order(events: list[int], intent: str, rows: list[EventRow], causal: list[tuple[int, int]],
                   episodes: list[int] | None = None) -> list[int]:
     """The order events are shown in: by time for WHEN, causes first for WHY, else as given
@@ -117,8 +131,9 @@ def linearize(ranked: list[int], intent: str, rows: list[EventRow], causal: list
               budget_tokens: int | None, header: str = "", episodes: list[int] | None = None,
               starts: dict[int, float] | None = None) -> tuple[str, list[Block], list[Block]]:
     """Returns (context, the blocks in the context in salience order, the blocks of every
-    ranked event in salience order); the context never exceeds ``budget_tokens`` unless a
-    single block alone does. ``episodes``/``starts``: see ``render_blocks``."""
+    ranked event in salience order, a cut one as it is shown); the context never exceeds
+    ``budget_tokens`` unless the budget cannot hold ``header``, the cut mark and the brevity
+    codes. ``episodes``/``starts``: see ``render_blocks``."""
     blocks = render_blocks(ranked, rows, episodes, starts)
     fixed = count_tokens(header)
     kept = select_within_budget(blocks, None if budget_tokens is None else budget_tokens - fixed)
@@ -130,6 +145,10 @@ def linearize(ranked: list[int], intent: str, rows: list[EventRow], causal: list
         if used <= budget_tokens:
             break
         kept = kept[:-1]
+    if budget_tokens is not None and len(kept) == 1:
+        # Only the most salient block alone can still be over the budget: cut its text.
+        kept = [cut_block(kept[0], budget_tokens - fixed - _BREVITY_TOKENS * _gaps(order, {kept[0].event}))]
+        blocks = kept + blocks[1:]
     return _assemble(order, kept, header, starts), kept, blocks
 
 
@@ -168,3 +187,5 @@ def _brevity(n: int) -> str:
 
 
 _BREVITY_TOKENS = count_tokens(_brevity(2))
+CUT_MARK = "…[cut]"
+_CUT_TOKENS = count_tokens(CUT_MARK)

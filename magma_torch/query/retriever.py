@@ -22,7 +22,7 @@ from magma_torch.query.anchors import (Anchors, ContextConfig, EpisodeSignalConf
                                        speaker_ranking, speakers_named, time_ranking)
 from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
-from magma_torch.query.linearize import format_time, linearize, render_blocks
+from magma_torch.query.linearize import cut_block, format_time, linearize, render_blocks
 from magma_torch.query.segment import top_ids
 from magma_torch.query.similarity import Similarity, SimilarityConfig
 from magma_torch.store.graph import TRAVERSED
@@ -112,7 +112,8 @@ class Retrieval:
     context_tokens: int
     context_ids: list[int]
     retrieval_ms: float
-    truncated: bool = False            # full_context: earlier turns were cut to fit the budget
+    truncated: bool = False            # cut to fit the budget: an event's text (marked "…[cut]"), or in
+                                       # full_context earlier turns
     intent_probs: dict[str, float] = field(default_factory=dict)  # classifier softmax; {} without one
 
     @property
@@ -286,7 +287,8 @@ class Retriever:
             paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
                      for i in idx if parent[i] >= 0]
             out.append(Retrieval(text, intent, windows[b], self._anchor_list(anchors, b), nodes, paths,
-                                 context, count_tokens(context), [b.event for b in kept], 0.0))
+                                 context, count_tokens(context), [b.event for b in kept], 0.0,
+                                 truncated=any(b.cut for b in kept)))
         return out
 
     @staticmethod
@@ -302,12 +304,17 @@ class Retriever:
             while start > 0 and (start == len(blocks) or used + blocks[start - 1].tokens <= room):
                 start -= 1
                 used += blocks[start].tokens
-            kept, note = blocks[start:], _omitted(start)
+            kept, note = blocks[start:], _omitted(start) if start else ""
+            limit = room if note else budget
+            if kept[0].tokens > limit:   # only the newest event, alone, can be over it: cut its text
+                kept = [cut_block(kept[0], limit)]
+                blocks = blocks[:-1] + kept
         context = "\n".join(([note] if note else []) + [b.text for b in kept])
         n_tokens, kept_ids = count_tokens(context), [b.event for b in kept]
         nodes = [_node(rows, b.event, 0.0, b.tokens) for b in blocks]
+        truncated = bool(note) or any(b.cut for b in kept)
         return [Retrieval(text, INTENTS[int(intents[i])], windows[i], [], list(nodes), [], context, n_tokens,
-                          list(kept_ids), 0.0, truncated=bool(note)) for i, text in enumerate(questions)]
+                          list(kept_ids), 0.0, truncated=truncated) for i, text in enumerate(questions)]
 
     @staticmethod
     def _anchor_list(anchors, b) -> list[Anchor]:

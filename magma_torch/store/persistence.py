@@ -12,12 +12,17 @@ A save is a folder:
   configs, namespace, slow-path queue and statuses, consolidator state);
 - ``manifest.json``: size and SHA-256 of every other file, written last.
 
+``capture_store`` copies a store's contents out under its lock as a ``SavedStore``;
+``encode_save`` turns that into these files, ``magma_torch.store.jsonl`` into portable JSON
+lines, and ``load_store`` fills an empty store from either.
+
 Nothing is pickled. ``write_save`` builds the folder as a temporary sibling, fsyncs it
 and only then renames it into place, so a failed save leaves any earlier save intact;
 ``read_save`` verifies every file against the manifest before parsing any of it.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
@@ -53,7 +59,7 @@ class CorruptSaveError(ValueError):
 class SavedStore:
     """A verified, parsed save folder (tensors on the CPU)."""
 
-    path: Path
+    path: Path | None              # None: captured from a live store (``capture_store``)
     tensors: dict[str, torch.Tensor]
     events: list[EventRow]
     entities: dict[str, list[str]]
@@ -62,10 +68,10 @@ class SavedStore:
 
 # ---- save ----
 
-def encode_store(store: MemoryStore, state: dict) -> dict[str, bytes]:
-    """The contents of every file but the manifest. The caller holds ``store.lock`` (and
-    whatever keeps ``state`` still); the bytes are then written without any lock."""
-    n, m = len(store.events), len(store.entities)
+def capture_store(store: MemoryStore, state: dict) -> SavedStore:
+    """The store's contents and the caller's ``state`` (plus the counts) as own copies, not
+    tied to a path. The caller holds ``store.lock`` (and whatever keeps ``state`` still);
+    encoding them (``encode_save``, ``jsonl.write_jsonl``) then needs no lock."""
     ev, en, ep = store.events, store.entities, store.episodes
     tensors = {"events.embeddings": ev.embeddings.data, "events.timestamps": ev.timestamps.data,
                "events.date_spans": ev.date_spans.data, "events.prev": ev.prev.data,
@@ -75,20 +81,39 @@ def encode_store(store: MemoryStore, state: dict) -> dict[str, bytes]:
     tensors.update({f"graph.{k}": v for k, v in store.graph.state().items()})
     # Own CPU copies: the live columns are views into larger, still-growing buffers.
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
-    counts = {"events": n, "entities": m, "episodes": len(ep), "dim": store.dim, "edges": store.graph.counts()}
-    return {TENSORS: save_tensors(tensors),
-            EVENTS: "".join(_event_line(i, r) for i, r in enumerate(ev.rows)).encode(),
-            ENTITIES: _json({"names": en.names, "kinds": en.kinds, "surfaces": en.surfaces}),
-            STATE: _json({"format": FORMAT, "version": VERSION, "counts": counts, **state})}
+    counts = {"events": len(ev), "entities": len(en), "episodes": len(ep), "dim": store.dim,
+              "edges": store.graph.counts()}
+    entities = {"names": list(en.names), "kinds": list(en.kinds), "surfaces": list(en.surfaces)}
+    return SavedStore(None, tensors, list(ev.rows), entities, {"counts": counts, **state})
+
+
+def encode_save(saved: SavedStore) -> dict[str, bytes]:
+    """The contents of every file of a save folder but the manifest."""
+    return {TENSORS: save_tensors(saved.tensors),
+            EVENTS: "".join(event_line(i, r) for i, r in enumerate(saved.events)).encode(),
+            ENTITIES: _json(saved.entities),
+            STATE: _json({"format": FORMAT, "version": VERSION, **saved.state})}
+
+
+def float32_to_base64(t: torch.Tensor) -> str:
+    """A float tensor as base64 of its little-endian float32 bytes: exact for float32 values,
+    a quarter of the size of a JSON list of the same numbers."""
+    return base64.b64encode(t.detach().float().cpu().contiguous().numpy().astype("<f4").tobytes()).decode()
+
+
+def float32_from_base64(text: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """The float32 CPU tensor ``float32_to_base64`` wrote (raises ValueError on a wrong size)."""
+    return torch.from_numpy(np.frombuffer(base64.b64decode(text, validate=True), dtype="<f4").reshape(shape).copy())
 
 
 def _json(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode()
 
 
-def _event_line(i: int, row: EventRow) -> str:
+def event_line(i: int, row: EventRow, **extra) -> str:
+    """Event ``i`` as one JSON line: its row's fields and ``extra``."""
     try:
-        return json.dumps(asdict(row), ensure_ascii=False) + "\n"
+        return json.dumps({**extra, **asdict(row)}, ensure_ascii=False) + "\n"
     except (TypeError, ValueError) as err:
         raise TypeError(f"event {i} (source_id={row.source_id!r}): metadata is not JSON-serialisable: {err}") from None
 
@@ -211,7 +236,7 @@ def read_save(path: str | os.PathLike) -> SavedStore:
     except (ValueError, TypeError) as err:
         raise CorruptSaveError(f"{path / EVENTS}: {err}") from None
     saved = SavedStore(path, tensors, events, _parse_json(path / ENTITIES, blobs[ENTITIES]), state)
-    _check_counts(saved)
+    check_counts(saved)
     return saved
 
 
@@ -236,9 +261,11 @@ def _check_format(file: Path, obj) -> None:
         raise CorruptSaveError(f"{file}: format version {obj.get('version')}; this magma_torch reads {VERSION}")
 
 
-def _check_counts(saved: SavedStore) -> None:
-    """The files agree with each other and with the counts in state.json."""
-    c, t, p = saved.state["counts"], saved.tensors, saved.path
+def check_counts(saved: SavedStore, one_file: bool = False) -> None:
+    """The files agree with each other and with the counts in state.json (``one_file``: a
+    JSON-lines export, whose errors name that file)."""
+    c, t = saved.state["counts"], saved.tensors
+    p = _Same(saved.path) if one_file else saved.path
     expected = {"events.embeddings": (c["events"], c["dim"]), "events.timestamps": (c["events"],),
                 "events.date_spans": (c["events"], 2), "events.prev": (c["events"],),
                 "events.next": (c["events"],), "entities.embeddings": (c["entities"], c["dim"])}
@@ -256,6 +283,16 @@ def _check_counts(saved: SavedStore) -> None:
         raise CorruptSaveError(f"{p / EVENTS}: {len(saved.events)} events, state.json says {c['events']}")
     if any(len(saved.entities[k]) != c["entities"] for k in ("names", "kinds", "surfaces")):
         raise CorruptSaveError(f"{p / ENTITIES}: entity lists do not all have {c['entities']} entries")
+
+
+class _Same:
+    """``_Same(path) / name`` is ``path``: ``check_counts`` names one file for every part."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __truediv__(self, _name: str) -> Path:
+        return self.path
 
 
 def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[EventRow], str]) -> list[list[str]]:

@@ -24,6 +24,11 @@ class EventRow:
     metadata: dict | None = None
 
 
+def content_key(text: str, timestamp: float, speaker: str | None, stream: str) -> tuple:
+    """What identifies an event added without a source id: re-adding it is a no-op."""
+    return (text, timestamp, speaker, stream)
+
+
 def _span(row: EventRow) -> tuple[float, float]:
     if not row.dates:
         return (math.nan, math.nan)
@@ -52,6 +57,7 @@ class EventTable:
         self.date_spans = GrowableTensor((2,), torch.float64, device)
         self.rows: list[EventRow] = []
         self.by_source: dict[str, int] = {}
+        self.by_content: dict[tuple, int] = {}    # events without a source id, by content_key
         self.last_of_stream: dict[str, int] = {}
         # Temporal chain as pointer columns (-1 at the ends): O(1) neighbour lookups for queries.
         self.prev = GrowableTensor((), torch.long, device)
@@ -78,6 +84,8 @@ class EventTable:
         for i, r in zip(ids, rows):
             if r.source_id is not None:
                 self.by_source[r.source_id] = i
+            else:
+                self.by_content.setdefault(content_key(r.text, r.timestamp, r.speaker, r.stream), i)
             prev.append(self.last_of_stream.get(r.stream, -1))
             self.last_of_stream[r.stream] = i
         prev_t = torch.tensor(prev, dtype=torch.long)

@@ -23,11 +23,18 @@ def parse_shard(shard: str) -> tuple[int, int]:
     return int(m[1]), int(m[2])
 
 
+def check_limit(limit) -> None:
+    """``dataset.limit``: None (everything) or a positive count; 0 would make an empty run look finished."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise DatasetError(f"dataset.limit={limit!r}: expected a positive number of samples, or null for all of them")
+
+
 def select_samples(samples: Iterable[Sample], limit: int | None = None, sample_ids: Sequence[str] | None = None,
                    shard: str | None = None) -> Iterator[Sample]:
     """``limit`` first, then ``sample_ids`` (in dataset order), then shard i of n: every n-th
     selected sample starting at i, so shards are disjoint, cover everything and differ in size by
     at most 1. A bad shard fails here; a named sample the data lacks, when the samples run out."""
+    check_limit(limit)
     i, n = parse_shard(shard) if shard is not None else (0, 1)
     return _select(islice(samples, limit), None if sample_ids is None else list(sample_ids), i, n)
 
