@@ -116,6 +116,7 @@ def test_context_groups_events_under_one_dated_header_per_episode(emb):
         # an event's own time is shown only where it differs from its episode's start
         assert "\n(conv:0) A: I adopted" in r.context and "\n[2023-05-08 13:58] (conv:1) B: Max chewed" in r.context
         assert "[2023-05-08 13:56]" not in r.context
+        assert "today =" not in r.context          # "today" resolves to the day the block already shows
         assert sum(n.tokens for n in r.nodes) == count_tokens(r.context) == r.context_tokens
 
 

@@ -39,10 +39,12 @@ def format_time(epoch: float) -> str:
 
 def render_block(event: int, row: EventRow, episode_start: float | None = None) -> str:
     """One event as the reader sees it: time (unless it is its episode's start time),
-    reference id, speaker, text, resolved dates."""
+    reference id, speaker, text, resolved dates (but for those that name the event's own
+    day, "today", which its shown time already gives)."""
     ref = row.source_id or f"E{event}"
     who = f"{row.speaker}: " if row.speaker else ""
-    dates = "; ".join(f"{d['expression']} = {d['label']}" for d in row.dates)
+    own_day = format_time(row.timestamp)[:10]
+    dates = "; ".join(f"{d['expression']} = {d['label']}" for d in row.dates if d["label"] != own_day)
     when = "" if episode_start == row.timestamp else f"[{format_time(row.timestamp)}] "
     return f"{when}({ref}) {who}{row.text}" + (f" (dates: {dates})" if dates else "")
 
