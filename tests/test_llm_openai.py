@@ -7,10 +7,13 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
+import httpx
 import pytest
 from pydantic import BaseModel
 
+from magma_torch.llm import openai_backend
 from magma_torch.llm.base import LLMUnavailable
 from magma_torch.llm.openai_backend import OpenAIBackend
 
@@ -125,12 +128,14 @@ def test_500_then_garbage_then_valid_is_retried(server):
 
 
 def test_timeout_is_retried_then_recorded(server):
-    s = server(default="sleep")
+    s = server(default="sleep")                          # each answer comes after 1 s, past the 0.3 s timeout
     llm = backend(s.url, timeout_s=0.3, max_retries=1)
-    t0 = time.perf_counter()
+    backoffs = []
+    llm._sleep = backoffs.append                         # record the backoffs instead of sleeping them
     [g] = llm.generate(["slow"])
-    assert g.text == "" and g.error and "timeout" in g.error
-    assert s.posts == 2 and time.perf_counter() - t0 < 3
+    assert g.text == "" and g.parsed is None
+    assert g.error.startswith("after 2 attempts: timeout after 0.3s")   # the client gave up, not the server
+    assert s.posts == 2 and backoffs == [0]              # max_retries=1: two attempts, one backoff between them
     assert llm.usage.failures == 1
 
 
@@ -172,15 +177,20 @@ def test_key_comes_from_the_environment(server, monkeypatch):
     assert s.auth == ["Bearer sk-test"]
 
 
-def test_unreachable_server_fails_fast_naming_the_url():
+def test_unreachable_server_fails_fast_naming_the_url(monkeypatch):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    t0 = time.perf_counter()
+    gets, posts, sleeps = [], [], []
+    real_get = httpx.Client.get
+    monkeypatch.setattr(httpx.Client, "get", lambda self, u, **kw: gets.append((u, kw)) or real_get(self, u, **kw))
+    monkeypatch.setattr(httpx.Client, "post", lambda self, u, **kw: posts.append(u))
+    monkeypatch.setattr(openai_backend, "time", SimpleNamespace(sleep=sleeps.append))   # the backend's clock
     with pytest.raises(LLMUnavailable, match=r"openai backend: cannot reach http://127\.0\.0\.1:\d+/v1"):
-        backend(url)
-    assert time.perf_counter() - t0 < 5
+        backend(url, connect_timeout_s=2.0)
+    # fast: one reachability check with the short connect timeout, no retry, no backoff, no request
+    assert gets == [(f"{url}/models", {"timeout": 2.0})] and posts == [] and sleeps == []
 
 
 def test_server_dying_mid_run_gives_failed_items(server):
