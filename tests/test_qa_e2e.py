@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from magma_torch.store.graph import RELATIONS
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
                                 reason="needs llama-cpp-python (installed by `make test`)")
 
@@ -33,6 +35,6 @@ def test_qa_with_llm_consolidation_through_llamacpp(tmp_path):
     build = metrics["build"]
     assert build["llm_calls"] >= build["events"] == 75       # one consolidation item per event
     assert build["llm_tokens"] > 0 and metrics["answering"]["calls"] >= 24
-    assert set(build["edges"]) == {"temporal", "semantic", "causal", "entity"}
+    assert set(build["edges"]) == set(RELATIONS)
     # What the model proposed went through validation and some of it was written.
     assert build["entities"] > 0 and build["edges"]["entity"] > 0

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from magma_torch.store.graph import RELATIONS
+
 RUN = [sys.executable, "-m", "magma_torch.eval.runner"]
 OVERALL_KEYS = {"recall_all@5", "recall_all@10", "recall_any@10", "recall_all@1000tok", "recall_all@2000tok",
                 "context_tokens_mean", "retrieval_ms_p50", "retrieval_ms_p95", "f1", "bleu1", "judge"}
@@ -33,7 +35,7 @@ def test_metrics_json_follows_the_contract(run_dir):
     assert m["by_category"]["adversarial"]["recall_all@10"] is None      # no recall on adversarial
     b = m["build"]
     assert b["events"] == 205 and b["entities"] > 0
-    assert set(b["edges"]) == {"temporal", "semantic", "causal", "entity"}
+    assert set(b["edges"]) == set(RELATIONS)
     assert b["edges"]["temporal"] == 205 - 3 and b["edges"]["entity"] > 0
 
 
