@@ -405,6 +405,13 @@ def _lock_folder(path: Path) -> IO:
     return f
 
 
+def check_config(config: DictConfig) -> None:
+    """Build the typed fast-path and retrieval settings of a memory config: an unknown relation,
+    signal or episode setting raises ValueError in one line before any work starts."""
+    fast_path.FastPathConfig(**config.fast_path)
+    RetrievalConfig.from_mapping(OmegaConf.to_container(config.retrieval, resolve=True))
+
+
 def check_namespace(namespace: str) -> str:
     """A namespace names a folder of its own: letters, digits, ``._-``, no path tricks."""
     if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):

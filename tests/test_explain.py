@@ -81,7 +81,7 @@ def test_text_names_intent_anchor_ranks_paths_and_context(saved, explained):
     best = r.anchors[0]
     first = next(line for line in out.splitlines() if line.startswith("  1 "))
     assert f"{best.rrf:.4f}" in first
-    assert first.split()[3:3 + len(SIGNALS)] == [str(best.ranks.get(s, "-")) for s in SIGNALS]
+    assert first.split()[3:3 + len(fused)] == [str(best.ranks.get(s, "-")) for s in fused]
     assert r.paths, "the demo memory's beam search expands its anchors"
     assert "-->" in out and "edge" in out and "from " in out
     assert f"context ({r.context_tokens} tokens):" in out

@@ -60,3 +60,17 @@ def test_bad_dataset_path_is_one_line_and_nonzero(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("magma-run: error:")
     assert "missing.json" in proc.stderr and "Traceback" not in proc.stderr
     assert not (out / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("override, named", [
+    ("+memory.retrieval.intent_weights.WHY.foo=1.0", "retrieval.intent_weights.WHY: unknown relation(s) ['foo']"),
+    ("+memory.fast_path.episodes.max_gap=3", "fast_path.episodes: unknown setting(s) ['max_gap']"),
+])
+def test_unknown_relation_or_episode_setting_fails_in_one_line_before_any_work(tmp_path, override, named):
+    out = tmp_path / "run"
+    proc = subprocess.run(RUN + ["task=retrieval", "dataset=demo", override, f"out_dir={out}", "progress=false"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines == [f"magma-run: error: memory=magma: {lines[0].split('memory=magma: ', 1)[1]}"]
+    assert named in lines[0] and not out.exists()
