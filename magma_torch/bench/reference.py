@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from magma_torch.store.graph import RELATIONS, MultiGraph
+from magma_torch.store.graph import NODE_HOPS, RELATIONS, TRAVERSED, MultiGraph
 
 
 class SortedAdjacency:
@@ -52,7 +52,7 @@ def reference_graph(graph: MultiGraph) -> tuple[SortedAdjacency, dict[str, tuple
     entity and episode hops."""
     src, dst, rel = [], [], []
     for r, name in enumerate(RELATIONS):
-        if name in HUBS or name == "episode_chain":
+        if name not in TRAVERSED or name in NODE_HOPS:
             continue
         s, d, _ = (t.cpu().numpy() for t in graph.edges(name))
         src += [s, d]
@@ -60,10 +60,7 @@ def reference_graph(graph: MultiGraph) -> tuple[SortedAdjacency, dict[str, tuple
         rel += [np.full(2 * s.size, r)]
     event_adj = SortedAdjacency(np.concatenate(src), np.concatenate(dst), list(RELATIONS), np.concatenate(rel))
     hubs = {}
-    for name in HUBS:
+    for name in NODE_HOPS:
         e_src, e_dst, _ = (t.cpu().numpy() for t in graph.edges(name))
         hubs[name] = (SortedAdjacency(e_src, e_dst), SortedAdjacency(e_dst, e_src))
     return event_adj, hubs
-
-
-HUBS = ("entity", "episode")

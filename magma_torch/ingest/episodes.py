@@ -39,7 +39,8 @@ def assign_episodes(store: MemoryStore, ids: list[int] | range, embeddings: torc
     for offset, i in enumerate(ids):
         row, p = ev.rows[i], prev[offset]
         cur = open_of.get(row.stream, -1)
-        if p < 0 or cur < 0 or _starts_episode(ev.rows[p], row, cur, size, sums, ep, embeddings[offset], cfg):
+        if p < 0 or cur < 0 or _starts_episode(ev.rows[p], row, cur, size, sums, ep, first_new, embeddings[offset],
+                                               cfg):
             new = first_new + len(streams)
             streams.append(row.stream)
             firsts.append(i)
@@ -49,7 +50,7 @@ def assign_episodes(store: MemoryStore, ids: list[int] | range, embeddings: torc
         members.append(cur)
         size[cur] += 1
         if cfg.topic_shift > 0:
-            sums[cur] = sums[cur] + embeddings[offset] if cur in sums else _sum(ep, cur, first_new) + embeddings[offset]
+            sums[cur] = _running_sum(sums, ep, cur, first_new) + embeddings[offset]
     event_ids = torch.as_tensor(list(ids), dtype=torch.long)
     member_ids = torch.tensor(members, dtype=torch.long)
     ep.add(streams, firsts, event_ids, member_ids, embeddings)
@@ -68,18 +69,22 @@ def assign_episodes(store: MemoryStore, ids: list[int] | range, embeddings: torc
         store.graph.add_edges("episode_chain", s, d)
 
 
-def _sum(episodes, ep: int, first_new: int) -> torch.Tensor:
-    return episodes.sums.data[ep].clone() if ep < first_new else 0
+def _running_sum(sums: dict, episodes, ep: int, first_new: int) -> torch.Tensor | int:
+    """Episode ``ep``'s summed embedding so far: this batch's running sum, else the stored one
+    (0 for an episode this batch opened and has not added to yet)."""
+    if ep in sums:
+        return sums[ep]
+    return episodes.sums.data[ep] if ep < first_new else 0
 
 
-def _starts_episode(prev_row, row, current: int, size: dict, sums: dict, episodes, embedding: torch.Tensor,
-                    cfg: EpisodeConfig) -> bool:
+def _starts_episode(prev_row, row, current: int, size: dict, sums: dict, episodes, first_new: int,
+                    embedding: torch.Tensor, cfg: EpisodeConfig) -> bool:
     if prev_row.session_id is not None and row.session_id is not None and prev_row.session_id != row.session_id:
         return True
     if row.timestamp - prev_row.timestamp > cfg.max_gap_hours * 3600:
         return True
     if cfg.topic_shift <= 0 or size[current] < cfg.min_events:
         return False
-    s = sums[current] if current in sums else episodes.sums.data[current]
-    cos = float(s.float() @ embedding.float() / torch.linalg.vector_norm(s.float()).clamp(min=1e-12))
+    s = _running_sum(sums, episodes, current, first_new).float()
+    cos = float(s @ embedding.float() / torch.linalg.vector_norm(s).clamp(min=1e-12))
     return cos < cfg.topic_shift

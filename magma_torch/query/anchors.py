@@ -75,7 +75,7 @@ def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Te
     pair_row, pair_event = [], []
     for a in range(0, len(rows), step):
         l, h = lo[a:a + step], hi[a:a + step]
-        inside = ((timestamps[None] >= l) & (timestamps[None] <= h)) | ((start <= h) & (end >= l))  # NaN: False
+        inside = _in_window(timestamps[None], start, end, l, h)
         r, e = inside.nonzero(as_tuple=True)
         pair_row.append(r + a)
         pair_event.append(e)
@@ -95,9 +95,14 @@ def inside_windows(ids: torch.Tensor, windows: list[tuple[float, float] | None],
     lo = torch.tensor([-math.inf if w is None else w[0] for w in windows], dtype=torch.float64)[:, None]
     hi = torch.tensor([math.inf if w is None else w[1] for w in windows], dtype=torch.float64)[:, None]
     lo, hi, safe = lo.to(timestamps.device), hi.to(timestamps.device), ids.clamp(min=0).to(timestamps.device)
-    ts, spans = timestamps[safe], date_spans[safe]
-    inside = ((ts >= lo) & (ts <= hi)) | ((spans[..., 0] <= hi) & (spans[..., 1] >= lo))
-    return (inside.to(ids.device)) & (ids >= 0)
+    spans = date_spans[safe]
+    return _in_window(timestamps[safe], spans[..., 0], spans[..., 1], lo, hi).to(ids.device) & (ids >= 0)
+
+
+def _in_window(ts: torch.Tensor, start: torch.Tensor, end: torch.Tensor, lo: torch.Tensor,
+               hi: torch.Tensor) -> torch.Tensor:
+    """An event's timestamp, or the span of dates it mentions, meets [lo, hi] (NaN spans: no)."""
+    return ((ts >= lo) & (ts <= hi)) | ((start <= hi) & (end >= lo))
 
 
 def keep_inside(ranked: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:

@@ -13,14 +13,13 @@ word, and an entity every event mentions carries nothing.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from magma_torch.query.segment import lexsort, rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
-import math
-
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 from magma_torch.query.beam import BeamConfig
+from magma_torch.store.graph import NODE_HOPS, TRAVERSED
 
 
 def adjacency_lists(edges: dict[str, Sequence[tuple[int, int]]]) -> tuple[dict, dict]:
@@ -17,13 +18,13 @@ def adjacency_lists(edges: dict[str, Sequence[tuple[int, int]]]) -> tuple[dict, 
     event -> [(neighbour, relation)], and for each node-mediated hop (entity, episode)
     event -> [node] / node -> [event]. The episode chain joins episodes, not events: not walked."""
     event_adj: dict[int, list[tuple[int, str]]] = {}
-    hubs: dict[str, tuple[dict[int, list[int]], dict[int, list[int]]]] = {"entity": ({}, {}), "episode": ({}, {})}
+    hubs: dict[str, tuple[dict[int, list[int]], dict[int, list[int]]]] = {rel: ({}, {}) for rel in NODE_HOPS}
     for rel, pairs in edges.items():
         for s, d in pairs:
             if rel in hubs:
                 hubs[rel][0].setdefault(s, []).append(d)
                 hubs[rel][1].setdefault(d, []).append(s)
-            elif rel != "episode_chain":
+            elif rel in TRAVERSED:
                 event_adj.setdefault(s, []).append((d, rel))
                 event_adj.setdefault(d, []).append((s, rel))
     return event_adj, hubs

@@ -19,6 +19,7 @@ RELATIONS = ("temporal", "semantic", "causal", "entity", "episode", "episode_cha
 # The relations the beam search walks, each with its intent weight w[T_q, r] (query/beam.py):
 # entity and episode hops go event -> entity / episode -> event.
 TRAVERSED = RELATIONS[:5]
+NODE_HOPS = ("entity", "episode")   # walked event -> node -> event; the others event -> event
 REL_ID = {name: i for i, name in enumerate(TRAVERSED)}
 EDGE_TYPES = {
     "temporal": ("event", "temporal", "event"),

@@ -87,7 +87,8 @@ class MemoryStore:
                                  self.events.prev.data, self.events.chain_dots.data, self.events.next.data,
                                  self.graph.snapshot(n, m, p), self.events.rows, self.entities.names,
                                  self.vector_index, self.keyword_index, (s, d), self.events.episode.data,
-                                 self.events.speaker.data, self.events.speaker_names, self.episodes.first.data, self.episodes.sums.data, self.episode_keywords)
+                                 self.events.speaker.data, self.events.speaker_names, self.episodes.first.data,
+                                 self.episodes.sums.data, self.episode_keywords)
 
     def stats(self) -> dict:
         with self.lock:

@@ -169,10 +169,6 @@ class EpisodeTable:
             self.size.data.index_add_(0, members, torch.ones_like(members))
             self.last.data.scatter_reduce_(0, members, events.to(dev), "amax")
 
-    def embeddings(self, upto: int | None = None) -> torch.Tensor:
-        """[episodes, dim] unit embeddings (a copy: the open episodes' rows may change later)."""
-        s = self.sums.data[:upto].float()
-        return s / torch.linalg.vector_norm(s, dim=1, keepdim=True).clamp(min=1e-12)
 
 
 class EntityTable:
