@@ -97,8 +97,37 @@ CASES = [
     ("We partied on New Year\u2019s Eve.", MON, "2022-12-31", "2022-12-31", "day"),
 ]
 
+MAR24 = dt.datetime(2024, 3, 6, 10, 0)
+AUG = dt.datetime(2023, 8, 19, 15, 0)
+# Bare yearly names follow the tense of their sentence: plans forward, past tense back.
+TENSE_CASES = [
+    ("I'm training for the Berlin half marathon in September.", MAR24, "2024-09-01", "2024-09-30", "month"),
+    ("The Berlin half marathon in September is my big goal.", MAR24, "2024-09-01", "2024-09-30", "month"),
+    ("We're planning the launch in September.", AUG, "2023-09-01", "2023-09-30", "month"),
+    ("The launch in September will be huge.", AUG, "2023-09-01", "2023-09-30", "month"),
+    ("The app launched in September.", AUG, "2022-09-01", "2022-09-30", "month"),
+    ("I booked a trip to Lisbon in October.", AUG, "2023-10-01", "2023-10-31", "month"),
+    ("We signed up for a pottery class in November.", AUG, "2023-11-01", "2023-11-30", "month"),
+    ("I'm getting married in June!", MAR24, "2024-06-01", "2024-06-30", "month"),
+    ("My sister's wedding is in April.", MAR24, "2024-04-01", "2024-04-30", "month"),
+    ("I'm so excited about the concert in December.", AUG, "2023-12-01", "2023-12-31", "month"),
+    ("I hope to finish the novel by November.", AUG, "2023-11-01", "2023-11-30", "month"),
+    ("We visited my grandma in July.", AUG, "2023-07-01", "2023-07-31", "month"),
+    ("We visited my grandma in July.", MAR24, "2023-07-01", "2023-07-31", "month"),
+    ("My dog was born in October.", MAR24, "2023-10-01", "2023-10-31", "month"),
+    ("It rained the whole time we were in Spain in April.", AUG, "2023-04-01", "2023-04-30", "month"),
+    ("I've been sober since February.", AUG, "2023-02-01", "2023-02-28", "month"),
+    ("I've been learning guitar since January.", MAR24, "2024-01-01", "2024-01-31", "month"),
+    ("We adopted the kittens in January.", MAR24, "2024-01-01", "2024-01-31", "month"),
+    ("We'll spend Christmas with my parents.", AUG, "2023-12-25", "2023-12-25", "day"),
+    ("We spent Christmas with my parents.", AUG, "2022-12-25", "2022-12-25", "day"),
+    ("Our anniversary is at Halloween.", AUG, "2023-10-31", "2023-10-31", "day"),
+    ("We're going to Japan in the spring.", AUG, "2024-03-01", "2024-05-31", "season"),
+    ("We went to Japan in the spring.", AUG, "2023-03-01", "2023-05-31", "season"),
+]
 
-@pytest.mark.parametrize(("sentence", "reference", "start", "end", "granularity"), CASES)
+
+@pytest.mark.parametrize(("sentence", "reference", "start", "end", "granularity"), CASES + TENSE_CASES)
 def test_resolve_dates_table(sentence, reference, start, end, granularity):
     found = resolve_dates(sentence, reference)
     assert [(r.start, r.end, r.granularity) for r in found] == [(d(start), d(end), granularity)]
@@ -110,6 +139,11 @@ def test_expression_keeps_original_text_and_order():
     found = resolve_dates(text, dt.datetime(2023, 4, 20))
     assert [r.expression for r in found] == ["Yesterday", "8 May 2023", "next Monday"]
     assert [r.label() for r in found] == ["2023-04-19", "2023-05-08", "2023-04-24"]
+
+
+def test_tense_is_read_per_sentence():
+    found = resolve_dates("I went camping in August. Next I'm hiking in October.", AUG)
+    assert [r.label() for r in found] == ["2023-08", "2023-10"]
 
 
 def test_longest_expression_wins_overlaps():

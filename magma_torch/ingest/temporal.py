@@ -20,8 +20,10 @@ Design choices:
 Conventions: weeks run Monday..Sunday; "last X" is the most recent X strictly
 before the reference and "next X" the first one strictly after it; a weekend is
 Saturday..Sunday of its week; seasons are northern meteorological (winter =
-December..February, named by its December). Bare names ("in May", "on Friday",
-"at Christmas") point to the past unless the turn reads as future tense.
+December..February, named by its December). Tense is read per sentence. A bare
+weekday ("on Friday") points to the past unless the sentence reads as future tense; a
+bare yearly name ("in September", "at Christmas") points to the past in a past-tense
+sentence and otherwise to the next one, since plans are what people date that way.
 """
 from __future__ import annotations
 
@@ -235,11 +237,44 @@ _GATE = re.compile(
     r"|christmas|new\s+year|halloween|valentine|thanksgiving)\b|(?:19|20)\d\d|\d[/-]\d",
     re.I,
 )
+# Plans, bookings and the progressive-for-future ("I'm running the half in September").
 _FUTURE_CUE = re.compile(
     r"\b(?:will|won't|shall|gonna|(?:am|is|are|i'm|we're|you're|they're|he's|she's)\s+going\s+to"
-    r"|plan(?:ning)?\s+to|about\s+to|can't\s+wait|looking\s+forward|upcoming)\b|\w'll\b",
+    r"|plan(?:ning|s)?\s+(?:to|for|on)|planning|about\s+to|can't\s+wait|looking\s+forward|upcoming"
+    r"|coming\s+up|hop(?:e|ing)\s+to|want\s+to|would\s+like\s+to|intend\s+to|aim(?:ing)?\s+to"
+    r"|training\s+for|preparing\s+for|signed\s+up|registered|booked|scheduled"
+    r"|(?:i'm|we're|you're|they're|he's|she's|am|are|is)\s+(?:\w+ing)\b(?!\s+to\b))\b|\w'll\b",
     re.I,
 )
+# Past tense: auxiliaries, common irregular verbs and regular "-ed" forms (not "-eed": need, feed).
+_PAST_CUE = re.compile(
+    r"\b(?:was|were|did|didn't|had|went|got|took|made|came|saw|ran|won|lost|met|spent|left|gave"
+    r"|bought|brought|thought|felt|told|said|found|began|wrote|sang|drove|flew|ate|drank|slept|wore"
+    r"|became|kept|held|sent|built|caught|taught|heard|paid|sold|fell|grew|knew|threw|rode|swam"
+    r"|been|ago|used\s+to|back\s+then|\w+[^e\W]ed)\b",
+    re.I,
+)
+# "I'm so excited", "we're booked": participles used as adjectives say nothing about the past.
+_ADJECTIVAL_PARTICIPLE = re.compile(
+    r"\b(?:am|is|are|i'm|we're|you're|they're|he's|she's|it's|be|being|get|getting)\s+"
+    r"(?:so\s+|really\s+|very\s+|super\s+|pretty\s+)?\w+ed\b",
+    re.I,
+)
+_SENTENCE_END = re.compile(r"[.!?;]+\s+|\n")
+
+
+def _sentence_of(text: str, position: int) -> str:
+    """The sentence of `text` around `position`: tense is read per sentence, not per turn."""
+    start = max((m.end() for m in _SENTENCE_END.finditer(text, 0, position)), default=0)
+    end = _SENTENCE_END.search(text, position)
+    return text[start:end.start() if end else len(text)]
+
+
+def _tense(sentence: str) -> str:
+    """"future", "past" or "present"; a plan outweighs a past verb ("I booked a trip in May")."""
+    if _FUTURE_CUE.search(sentence):
+        return "future"
+    return "past" if _PAST_CUE.search(_ADJECTIVAL_PARTICIPLE.sub(" ", sentence)) else "present"
 
 
 def _count(text: str) -> tuple[int, int]:
@@ -254,7 +289,7 @@ def _count(text: str) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------
-# Rules: each resolver gets (match, reference date, future tense?) and returns
+# Rules: each resolver gets (match, reference date, the sentence's tense) and returns
 # (start, end, granularity) or None when the match turns out not to be a date.
 
 _Span = tuple[dt.date, dt.date, str]
@@ -264,17 +299,17 @@ _DAY_WORDS = {"the day before yesterday": -2, "yesterday": -1, "last night": -1,
               "tomorrow": 1, "the day after tomorrow": 2}
 
 
-def _r_day_word(m: re.Match, ref: dt.date, future: bool) -> _Span:
+def _r_day_word(m: re.Match, ref: dt.date, tense: str) -> _Span:
     start, end = _day(ref, _DAY_WORDS[" ".join(m.group(0).lower().split())])
     return start, end, "day"
 
 
-def _r_weekday(m: re.Match, ref: dt.date, future: bool) -> _Span:
+def _r_weekday(m: re.Match, ref: dt.date, tense: str) -> _Span:
     target = _WEEKDAYS.index(m.group("wd").lower())
     mod = (m.group("mod") or "").lower()
     if mod == "this":
         day = _week(ref, 0)[0] + dt.timedelta(days=target)
-    elif mod == "next" or (not mod and future):
+    elif mod == "next" or (not mod and tense == "future"):
         day = ref + dt.timedelta(days=(target - ref.weekday() - 1) % 7 + 1)
     else:  # last / previous / "the Friday before" / bare in a past-tense turn
         day = ref - dt.timedelta(days=(ref.weekday() - target - 1) % 7 + 1)
@@ -285,25 +320,25 @@ _SHIFTS = {"this": 0, "last": -1, "previous": -1, "next": 1,
            "before": -1, "before last": -2, "after": 1, "after next": 2}
 
 
-def _r_relative_unit(m: re.Match, ref: dt.date, future: bool) -> _Span:
+def _r_relative_unit(m: re.Match, ref: dt.date, tense: str) -> _Span:
     unit = (m.group("u") or m.group("u2")).lower()
     shift = _SHIFTS[" ".join((m.group("mod") or m.group("rel")).lower().split())]
     start, end = _PERIODS[unit](ref, shift)
     return start, end, _GRANULARITY[unit]
 
 
-def _r_bare_weekend(m: re.Match, ref: dt.date, future: bool) -> _Span:
+def _r_bare_weekend(m: re.Match, ref: dt.date, tense: str) -> _Span:
     # "over the weekend": the one just past (or current), unless talking about plans.
-    shift = 0 if future or ref.weekday() >= 5 else -1
+    shift = 0 if tense == "future" or ref.weekday() >= 5 else -1
     start, end = _weekend(ref, shift)
     return start, end, "week"
 
 
-def _r_offset(m: re.Match, ref: dt.date, future: bool) -> _Span | None:
+def _r_offset(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
     direction = " ".join((m.group("dir") or "").lower().split())
     if direction == "ago":
         sign = -1
-    elif direction == "from now" or (m.group("in") and future):
+    elif direction == "from now" or (m.group("in") and tense == "future"):
         sign = 1
     else:  # "I stayed 2 days", or "in one day" in a past-tense turn: a duration, not a date
         return None
@@ -313,13 +348,13 @@ def _r_offset(m: re.Match, ref: dt.date, future: bool) -> _Span | None:
     return _PERIODS[unit](ref, first)[0], _PERIODS[unit](ref, last)[1], _GRANULARITY[unit]
 
 
-def _r_window(m: re.Match, ref: dt.date, future: bool) -> _Span:
+def _r_window(m: re.Match, ref: dt.date, tense: str) -> _Span:
     unit = (m.group("u") or m.group("u1")).lower()
     high = _count(m.group("n"))[1] if m.group("n") else 1
     return ref - relativedelta(**{unit + "s": high}), ref, unit
 
 
-def _r_part_of_period(m: re.Match, ref: dt.date, future: bool) -> _Span:
+def _r_part_of_period(m: re.Match, ref: dt.date, tense: str) -> _Span:
     unit = (m.group("u") or "day").lower()
     start, end = _PERIODS[unit](ref, 0)
     if m.group("side").lower() == "earlier":
@@ -327,32 +362,42 @@ def _r_part_of_period(m: re.Match, ref: dt.date, future: bool) -> _Span:
     return ref, end, unit
 
 
-def _recurring_mode(m: re.Match, future: bool) -> str:
+def _recurring_mode(m: re.Match, tense: str) -> str:
+    """How a yearly period with no year ("in September", "at Christmas") is placed.
+
+    A modifier decides ("last May"); "since" looks back. Otherwise the sentence's tense:
+    a past-tense sentence means the latest one, a future-tense or unmarked one the next
+    ("the half marathon in September", said in March, is this September, not last).
+    """
     mod = (m.group("mod") or "").lower()
-    return {"previous": "last"}.get(mod, mod) or ("future" if future else "past")
+    if mod:
+        return {"previous": "last"}.get(mod, mod)
+    if (m.groupdict().get("prep") or "").lower() == "since":
+        return "past"
+    return "past" if tense == "past" else "future"
 
 
-def _r_season(m: re.Match, ref: dt.date, future: bool) -> _Span | None:
+def _r_season(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
     name = m.group("s").lower()
     if m.group("y"):
         start, end = _season(name, int(m.group("y")))
     elif m.group("mod") or m.group("prep"):
-        start, end = _pick(functools.partial(_season, name), ref, _recurring_mode(m, future))
+        start, end = _pick(functools.partial(_season, name), ref, _recurring_mode(m, tense))
     else:  # "summer camp", "I fall asleep"
         return None
     return start, end, "season"
 
 
-def _r_holiday(m: re.Match, ref: dt.date, future: bool) -> _Span:
+def _r_holiday(m: re.Match, ref: dt.date, tense: str) -> _Span:
     day_of = _HOLIDAYS[" ".join(m.group("h").lower().split())]
     if m.group("y"):
         day = day_of(int(m.group("y")))
     else:
-        day = _pick(lambda y: (day_of(y), day_of(y)), ref, _recurring_mode(m, future))[0]
+        day = _pick(lambda y: (day_of(y), day_of(y)), ref, _recurring_mode(m, tense))[0]
     return day, day, "day"
 
 
-def _r_month(m: re.Match, ref: dt.date, future: bool) -> _Span | None:
+def _r_month(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
     name = m.group("m")
     month = _MONTHS.index(name.lower()) + 1
     if m.group("y"):
@@ -360,11 +405,11 @@ def _r_month(m: re.Match, ref: dt.date, future: bool) -> _Span | None:
     elif name == "may" or not (m.group("mod") or m.group("prep")):
         return None  # lower-case "may" is the verb; a bare month name is too weak a cue
     else:
-        start, end = _pick(lambda y: _month(dt.date(y, month, 1), 0), ref, _recurring_mode(m, future))
+        start, end = _pick(lambda y: _month(dt.date(y, month, 1), 0), ref, _recurring_mode(m, tense))
     return start, end, "month"
 
 
-def _r_year(m: re.Match, ref: dt.date, future: bool) -> _Span:
+def _r_year(m: re.Match, ref: dt.date, tense: str) -> _Span:
     year = int(m.group("y"))
     return dt.date(year, 1, 1), dt.date(year, 12, 31), "year"
 
@@ -392,7 +437,7 @@ _HAS_YEAR = re.compile(_YEAR_RE + r"|\d[/-]\d+[/-]\d")
 _LOWER_MAY = re.compile(r"\bmay\b")  # case-sensitive on purpose
 
 
-def _r_absolute(m: re.Match, ref: dt.date, future: bool) -> _Span | None:
+def _r_absolute(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
     span = m.group(0)
     has_year = bool(_HAS_YEAR.search(span))
     if not has_year and _LOWER_MAY.search(span):
@@ -400,7 +445,7 @@ def _r_absolute(m: re.Match, ref: dt.date, future: bool) -> _Span | None:
     day = _dateparse(span, ref)
     if day is None:
         return None
-    if future and not has_year and day < ref:
+    if tense == "future" and not has_year and day < ref:
         # Parsed with a past preference (dateparser's "future" one skips today's date), so a
         # year-less date in a future-tense turn moves on to its next occurrence.
         try:
@@ -457,12 +502,11 @@ def resolve_dates(text: str, reference: dt.datetime | dt.date) -> list[ResolvedD
         return []
     ref = reference.date() if isinstance(reference, dt.datetime) else reference
     normalised = text.replace("\u2019", "'")  # curly apostrophes (I’ll, New Year’s); same length
-    future = bool(_FUTURE_CUE.search(normalised))
     found = []
     for pattern, resolve in _RULES:
         for m in pattern.finditer(normalised):
             try:
-                span = resolve(m, ref, future)
+                span = resolve(m, ref, _tense(_sentence_of(normalised, m.start())))
             except (ValueError, OverflowError):  # calendar arithmetic past year 1 or 9999
                 continue
             if span:
