@@ -118,7 +118,7 @@ def child(store_dir: Path, ack_dir: Path, k: int, embedder: Embedder) -> None:
     revisions = 0
     while True:
         r = rng.random()
-        if r < 0.08 and len(mem.store) > 3:
+        if r < 0.12 and len(mem.store) > 3:
             sid = rng.choice(sorted(mem.store.events.by_source))
             if rng.random() < 0.5:
                 os.write(fd, f"?{sid}\n".encode())
@@ -130,13 +130,13 @@ def child(store_dir: Path, ack_dir: Path, k: int, embedder: Embedder) -> None:
                 mem.update(event, text=f"revised {k} {revisions}: {record(int(sid[1:]))['text']}")
                 os.write(fd, f"~{sid} {k} {revisions}\n".encode())
             continue
-        if r < 0.16:
+        if r < 0.2:
             recs = [record(j) for j in range(i, i + 3)]
             mem.add_many(recs)
             os.write(fd, "".join(x["source_id"] + "\n" for x in recs).encode())
             i += 3
             continue
-        if r < 0.19:
+        if r < 0.23:
             mem.consolidate()
         rec = record(i)
         mem.add(**rec)

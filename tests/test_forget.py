@@ -4,7 +4,6 @@ requests change nothing."""
 from __future__ import annotations
 
 import base64
-import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -101,6 +100,7 @@ def test_a_forgotten_event_leaves_no_residue_on_disk(emb, tmp_path):
         assert out.ids == (marker,) and {"zorblax", "quexville"} <= set(out.entities)
         mem.export_jsonl(store / "export.jsonl")
         assert scan(store, needles) == {}
+        files = sum(p.is_file() for p in store.rglob("*"))
         mem.check()
         assert {i: mem.event(i).text for i in ids} == texts          # the others keep their ids
         with pytest.raises(UnknownEventError, match=str(marker)):
@@ -110,6 +110,7 @@ def test_a_forgotten_event_leaves_no_residue_on_disk(emb, tmp_path):
             assert marker not in [n.id for n in r.nodes] + [a.id for a in r.anchors] + r.context_ids
             assert "qwvmarker" not in r.context and "Zorblax" not in r.context
     assert scan(store, needles) == {}
+    print(f"\nresidue: {len(needles)} needles, 0 hits in {files} files after the forget")
     with MagmaMemory(store_dir=store, embedder=emb, device="cpu") as back:
         back.check()
         assert marker not in back.store.events.row_of and {i: back.event(i).text for i in ids} == texts
@@ -305,44 +306,4 @@ def test_a_far_future_event_stored_before_the_horizon_can_be_forgotten(emb, tmp_
             mem.add("Today.", datetime.now(timezone.utc), stream="s")
         assert mem.forget(ids=stuck).ids == (stuck,)
         mem.add("Today.", datetime.now(timezone.utc), stream="s")
-        mem.check()
-
-
-def test_retrieve_during_forget_never_returns_an_event_forgotten_before_it_started(emb):
-    recs = demo_records(30)
-    cfg = config()
-    cfg.slow_path.background = True
-    questions = [q.question for s in load_demo() for q in s.questions][:12]
-    with MagmaMemory(cfg, "heuristic", embedder=emb, device="cpu") as mem:
-        ids = mem.add_many(recs)
-        gone: list[set[int]] = [set()]     # gone[k]: ids whose forget had returned after k forgets
-        errors, done, reads = [], threading.Event(), [0]
-
-        def reader(offset):
-            try:
-                k = offset
-                while not done.is_set():
-                    forgotten = gone[-1]
-                    r = mem.retrieve(questions[k % len(questions)])
-                    hit = forgotten & ({n.id for n in r.nodes} | {a.id for a in r.anchors} | set(r.context_ids))
-                    assert not hit, f"retrieved forgotten events {hit}"
-                    k += 1
-                    reads[0] += 1
-            except BaseException as err:
-                errors.append(err)
-
-        threads = [threading.Thread(target=reader, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        try:
-            for batch in (ids[1:60:4], ids[2:60:4], ids[60::3]):
-                out = mem.forget(ids=batch)
-                gone.append(gone[-1] | set(out.ids))
-        finally:
-            done.set()
-            for t in threads:
-                t.join()
-        assert not errors, errors[0]
-        assert reads[0] > 0
-        mem.worker.drain()
         mem.check()
