@@ -4,6 +4,8 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import partial
@@ -13,6 +15,7 @@ from typing import IO
 import hydra.utils
 from omegaconf import DictConfig, OmegaConf
 
+from magma_torch import lifecycle
 from magma_torch.config import load_group
 from magma_torch.eval.prompts import answer_prompt
 from magma_torch.events import StoredEvent, UnknownEventError
@@ -72,8 +75,7 @@ class MagmaMemory:
         cfg = self.config
         self.device = resolve_device(device or cfg.device)
         self.embedder = embedder or Embedder(device=self.device, **cfg.embedder)
-        self.store = MemoryStore(self.embedder.dim, self.device, cfg.vector_backend, cfg.bm25.k1, cfg.bm25.b,
-                                 cfg.chain_span, cfg.scan_dtype)
+        self.store = self.new_store()
         self.fast_cfg = fast_path.FastPathConfig(**cfg.fast_path)
         self.consolidator = self._make_consolidator()
         self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path.batch_size,
@@ -83,6 +85,12 @@ class MagmaMemory:
                                    RetrievalConfig.from_mapping(OmegaConf.to_container(cfg.retrieval, resolve=True)))
         if self.path is not None:
             self._open_store(saved, durable)
+
+    def new_store(self) -> MemoryStore:
+        """An empty store with this memory's settings."""
+        cfg = self.config
+        return MemoryStore(self.embedder.dim, self.device, cfg.vector_backend, cfg.bm25.k1, cfg.bm25.b,
+                           cfg.chain_span, cfg.scan_dtype)
 
     # ---- persistent stores ----
     def _open_folder(self) -> persistence.SavedStore | None:
@@ -127,6 +135,13 @@ class MagmaMemory:
     def _replay(self, checkpoint_seq: int) -> None:
         for rec in self._wal.records:
             if rec["seq"] <= checkpoint_seq:  # already in the checkpoint (a crash before the log was emptied)
+                continue
+            if rec.get("op") in ("forget", "update"):
+                try:
+                    with self.store.ingest_lock, self.worker.paused(), self.store.lock:
+                        lifecycle.replay(self, rec)
+                except persistence.CorruptSaveError as err:
+                    raise persistence.CorruptSaveError(f"{self._wal.path}: {err}; nothing was changed on disk") from None
                 continue
             if rec.get("op") != "add" or rec.get("first") != len(self.store):
                 raise persistence.CorruptSaveError(
@@ -204,12 +219,83 @@ class MagmaMemory:
 
     def add_many(self, records: Iterable[Mapping]) -> list[int]:
         """Batched fast path; validates the whole batch first, then writes it."""
-        ids, new = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg,
-                                    journal=None if self._wal is None else self._log)
-        self.worker.submit(new)
+        ids, _ = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg,
+                                  journal=None if self._wal is None else self._log, submit=self.worker.submit)
+        self._checkpoint_when_due()
+        return ids
+
+    def _checkpoint_when_due(self) -> None:
         if self._wal is not None and self._since_checkpoint >= self.config.durability.checkpoint_every:
             self.checkpoint()
-        return ids
+
+    # ---- forget and update (magma_torch/lifecycle.py) ----
+    def forget(self, ids: int | Iterable[int] | None = None, *, source_ids: str | Iterable[str] | None = None,
+               speaker: str | None = None, entity: str | None = None, before=None) -> lifecycle.Forgotten:
+        """Remove events from every structure: the events named by ``ids`` or ``source_ids`` (all
+        events when neither is given) that match each of ``speaker``, ``entity`` (mention that
+        entity node) and ``before`` (a timestamp: strictly earlier). Returns a ``Forgotten`` (their
+        ids, and the entity and episode nodes left empty and removed with them).
+
+        The temporal chain is re-linked around the gap; causal links through a forgotten event
+        are dropped, not bridged (its cause does not become a cause of its effect: that link
+        was never stated, and it would keep a trace of the forgotten event). Other events keep
+        their ids. Unknown ids, source ids, speakers or entities raise, naming them, and
+        nothing is forgotten. A durable memory logs the forget before applying it; a memory
+        with a ``store_dir`` then checkpoints, so once this returns no file of the memory
+        holds the events' text or embeddings."""
+        with self.store.ingest_lock:
+            with self.worker.paused(), self.store.lock:
+                rows = lifecycle.select(self.store, ids, source_ids, speaker, entity, before)
+                if not rows:
+                    return lifecycle.Forgotten((), (), 0)
+                if self._wal is not None:
+                    self._wal.append([lifecycle.forget_record(tuple(self.store.events.ids[r] for r in rows))])
+                    self._since_checkpoint += 1
+                out = lifecycle.forget_rows(self, rows)
+        if self.path is not None:
+            self.checkpoint()
+        return out
+
+    def update(self, event_id: int, text: str | None = None, timestamp=None) -> StoredEvent:
+        """Correct an event's ``text`` and/or ``timestamp``; it keeps its id. It is embedded again,
+        its semantic edges are derived again, its entity and causal edges dropped and the event
+        queued for consolidation again; its episode's embedding and keyword document follow.
+        Validated as ``add`` validates (``IngestError``: empty text, a time past the future
+        horizon, or one that would break its stream's order: an update keeps the event's place,
+        between its stream's previous and next event). Durable like ``add``."""
+        if text is None and timestamp is None:
+            raise ValueError("update() needs a new text or timestamp")
+        with self.store.ingest_lock:
+            row = self._row(event_id)
+            new = fast_path.revise(self.store, row, text, timestamp, self.fast_cfg)
+            emb = self.embedder.encode([fast_path.embed_text(new, self.fast_cfg)])
+            emb = emb.to(self.store.device, self.store.events.embeddings.data.dtype)
+            with self.worker.paused(), self.store.lock:
+                if self._wal is not None:
+                    self._wal.append([lifecycle.update_record(event_id, new, emb)])
+                    self._since_checkpoint += 1
+                lifecycle.update_row(self, row, new, emb)
+        self._checkpoint_when_due()
+        return self.event(event_id)
+
+    @staticmethod
+    def forget_namespace(store_dir: str | os.PathLike, namespace: str) -> None:
+        """Delete a tenant: the folder ``store_dir/<namespace>`` with its checkpoint and log. Refuses
+        (RuntimeError) while a memory holds it open, in this or another process."""
+        path = Path(store_dir) / check_namespace(namespace)
+        if not (path / CHECKPOINT).is_dir() and not (path / WAL).exists():
+            raise FileNotFoundError(f"{path}: no namespace {namespace!r} in {store_dir}")
+        lock = _lock_folder(path)
+        try:
+            # One rename takes the namespace away at once; what a crash leaves of the deletion is a
+            # hidden folder, removed by the next call.
+            doomed = path.with_name(f".{namespace}.deleting-{uuid.uuid4().hex}")
+            os.rename(path, doomed)
+            persistence.fsync_dir(path.parent)
+        finally:
+            lock.close()
+        for leftover in path.parent.glob(f".{namespace}.deleting-*"):
+            shutil.rmtree(leftover)
 
     # ---- slow path ----
     def consolidate(self) -> None:
@@ -306,23 +392,31 @@ class MagmaMemory:
     def events(self) -> Iterator[StoredEvent]:
         """Every stored event, oldest first (by timestamp, then id), as of this call."""
         with self.store.lock:
-            n = len(self.store)
-            rows, ts = self.store.events.rows[:n], self.store.events.timestamps.data[:n].tolist()
-            episodes = self.store.events.episode.data[:n].tolist()
+            ev = self.store.events
+            n = len(ev)
+            rows, ts, ids = ev.rows[:n], ev.timestamps.data[:n].tolist(), ev.ids[:n]
+            episodes = ev.episode.data[:n].tolist()
             status = self.worker.statuses(range(n))
-        for i in sorted(range(n), key=lambda i: (ts[i], i)):
-            yield StoredEvent.from_row(i, rows[i], episodes[i], status[i])
+        for i in sorted(range(n), key=lambda i: (ts[i], ids[i])):
+            yield StoredEvent.from_row(ids[i], rows[i], episodes[i], status[i])
 
     def event(self, event_id: int) -> StoredEvent:
-        """One stored event; ``UnknownEventError`` (a KeyError) when there is no such id."""
+        """One stored event; ``UnknownEventError`` (a KeyError) when there is no such id (never
+        given out, or forgotten)."""
         with self.store.lock:
-            n = len(self.store)
-            if isinstance(event_id, bool) or not isinstance(event_id, int) or not 0 <= event_id < n:
-                raise UnknownEventError(f"no event {event_id!r} in this memory (ids are 0..{n - 1})"
-                                        if n else f"no event {event_id!r}: this memory is empty")
-            row, episode = self.store.events.rows[event_id], int(self.store.events.episode.data[event_id])
-            status = self.worker.statuses([event_id])[0]
-        return StoredEvent.from_row(event_id, row, episode, status)
+            row = self._row(event_id)
+            episode = int(self.store.events.episode.data[row])
+            status = self.worker.statuses([row])[0]
+            return StoredEvent.from_row(event_id, self.store.events.rows[row], episode, status)
+
+    def _row(self, event_id: int) -> int:
+        """The row of stable id ``event_id`` (caller holds a store lock)."""
+        ev = self.store.events
+        row = ev.row_of.get(event_id) if isinstance(event_id, int) and not isinstance(event_id, bool) else None
+        if row is None:
+            raise UnknownEventError(f"no event {event_id!r} in this memory (forgotten, or never added)"
+                                    if len(ev) else f"no event {event_id!r}: this memory is empty")
+        return row
 
     def export_jsonl(self, path: str | os.PathLike) -> None:
         """Write the memory as portable JSON lines (format: ``magma_torch.store.jsonl``): configs,

@@ -56,6 +56,7 @@ def assert_same_store(a, b) -> None:
     ea, eb = a.store.events, b.store.events
     assert ea.rows == eb.rows and ea.by_source == eb.by_source and ea.by_content == eb.by_content
     assert ea.last_of_stream == eb.last_of_stream
+    assert (ea.ids, ea.row_of, ea.next_id) == (eb.ids, eb.row_of, eb.next_id)
     assert ea.speaker_names == eb.speaker_names
     na, nb = a.store.entities, b.store.entities
     assert (na.names, na.kinds, na.surfaces, na.by_name) == (nb.names, nb.kinds, nb.surfaces, nb.by_name)

@@ -7,11 +7,15 @@ keeps a kill cheap: a child only opens the store (replaying the log), it does no
 torch or load a model. Torch runs single-threaded here, so no thread pool crosses a fork,
 and tqdm's cross-process semaphore is switched off, so no lock is shared across forks.
 
-A child opens the durable store, checks it (integrity, and that every event an earlier
-child acknowledged is there; the verdict goes to ``ACK_DIR/verify-K``), then adds events
-until it is killed, appending each event's source id to ``ACK_DIR/ack-K`` only after its
-``add`` returned. Now and then it adds a batch, consolidates (which checkpoints) or lets
-``checkpoint_every`` checkpoint, so kills land in every phase.
+A child opens the durable store, checks it (integrity; every event an earlier child
+acknowledged adding is there unless a forget of it was acknowledged, no event whose forget was
+acknowledged is, and every acknowledged update holds; the verdict goes to ``ACK_DIR/verify-K``),
+then adds events until it is killed, appending a line to ``ACK_DIR/ack-K`` only after the call
+returned: ``e<i>`` for an add, ``-e<i>`` for a forget (``?e<i>`` before it starts: if the kill lands
+inside, either outcome is right), ``~e<i> K C`` for the update that made the text start with
+"revised K C:". Now and then it adds a batch, forgets or updates an event,
+consolidates (which checkpoints) or lets ``checkpoint_every`` checkpoint, so kills land in every
+phase of each.
 """
 from __future__ import annotations
 
@@ -42,12 +46,49 @@ TEMPLATES = ("{who} went hiking near the lake on day {i} because the weather was
 START = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
-def acked(ack_dir: Path) -> set[str]:
-    """Source ids whose ``add`` returned, over all children (a torn last line is ignored)."""
-    out = set()
-    for f in ack_dir.glob("ack-*"):
-        out.update(line for line in f.read_text().split("\n")[:-1] if line)
-    return out
+class Ledger:
+    """What the children acknowledged, in order (children run one after another; a torn last line
+    is ignored): ``added`` source ids, ``forgotten`` ones, ``revision`` (K, C) of each updated one;
+    ``forgetting``: added ones whose forget started, maybe not acknowledged."""
+
+    def __init__(self, ack_dir: Path):
+        self.added: set[str] = set()
+        self.forgotten: set[str] = set()
+        self.revision: dict[str, tuple[int, int]] = {}
+        self.forgetting: set[str] = set()
+        for f in sorted(ack_dir.glob("ack-*"), key=lambda p: int(p.name.split("-")[1])):
+            for line in f.read_text().split("\n")[:-1]:
+                if line.startswith("?"):
+                    self.forgetting.add(line[1:])
+                elif line.startswith("-"):
+                    self.forgotten.add(line[1:])
+                    self.added.discard(line[1:])
+                elif line.startswith("~"):
+                    sid, k, c = line[1:].split()
+                    self.revision[sid] = (int(k), int(c))
+                elif line:
+                    self.added.add(line)
+
+    def problems(self, mem: MagmaMemory) -> list[str]:
+        """Acknowledged adds missing, acknowledged forgets back, acknowledged updates lost."""
+        held = mem.store.events.by_source
+        missing = self.added - self.forgetting - set(held)
+        out = [f"missing {sorted(missing)[:10]}"] if missing else []
+        if self.forgotten & set(held):
+            out.append(f"forgotten but back {sorted(self.forgotten & set(held))[:10]}")
+        for sid, rev in self.revision.items():
+            if sid in held and revision_of(mem.store.events.rows[held[sid]].text) < rev:
+                out.append(f"update of {sid} to revision {rev} lost: {mem.store.events.rows[held[sid]].text!r}")
+            elif sid not in held and sid not in self.forgotten | self.forgetting:
+                out.append(f"updated {sid} missing")
+        return out
+
+
+def revision_of(text: str) -> tuple[int, int]:
+    if not text.startswith("revised "):
+        return (-1, -1)
+    k, c = text[len("revised "):].split(":")[0].split()
+    return (int(k), int(c))
 
 
 def record(i: int) -> dict:
@@ -62,24 +103,40 @@ def child(store_dir: Path, ack_dir: Path, k: int, embedder: Embedder) -> None:
     cfg = load_group("memory", "magma")
     cfg.durability.checkpoint_every = rng.randint(3, 12)
     mem = MagmaMemory(cfg, store_dir=store_dir, durable=True, embedder=embedder)
-    missing = acked(ack_dir) - set(mem.store.events.by_source)
+    ledger = Ledger(ack_dir)
     try:
         mem.check()
-        verdict = f"missing {sorted(missing)[:10]}" if missing else f"ok {len(mem.store)}"
+        found = ledger.problems(mem)
+        verdict = "; ".join(found) if found else f"ok {len(mem.store)}"
     except Exception as err:  # the verdict file carries it to the test
         verdict = f"check failed: {err}"
     (ack_dir / f"verify-{k}").write_text(verdict + "\n")
     fd = os.open(ack_dir / f"ack-{k}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    i = len(mem.store)
+    # past every index ever used: a forgotten source id is never added again
+    i = 1 + max((int(sid[1:]) for sid in {*mem.store.events.by_source, *ledger.added, *ledger.forgotten}),
+                default=-1)
+    revisions = 0
     while True:
         r = rng.random()
-        if r < 0.1:
+        if r < 0.12 and len(mem.store) > 3:
+            sid = rng.choice(sorted(mem.store.events.by_source))
+            if rng.random() < 0.5:
+                os.write(fd, f"?{sid}\n".encode())
+                mem.forget(source_ids=[sid])
+                os.write(fd, f"-{sid}\n".encode())
+            else:
+                revisions += 1
+                event = mem.store.events.ids[mem.store.events.by_source[sid]]
+                mem.update(event, text=f"revised {k} {revisions}: {record(int(sid[1:]))['text']}")
+                os.write(fd, f"~{sid} {k} {revisions}\n".encode())
+            continue
+        if r < 0.2:
             recs = [record(j) for j in range(i, i + 3)]
             mem.add_many(recs)
             os.write(fd, "".join(x["source_id"] + "\n" for x in recs).encode())
             i += 3
             continue
-        if r < 0.13:
+        if r < 0.23:
             mem.consolidate()
         rec = record(i)
         mem.add(**rec)

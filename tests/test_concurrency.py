@@ -126,3 +126,46 @@ def test_readers_see_consistent_graphs_while_writers_add_and_consolidate(embedde
         assert back.stats() == mem.stats() | {"queue": 0}
     print(f"\nconcurrency: {sum(ops.values())} operations: {ops}")
     assert ops["retrievals"] > 0 and ops["snapshots"] > 0 and ops["checks"] > 0
+
+
+def test_retrieve_during_forget_never_returns_an_event_forgotten_before_it_started(embedder):
+    """Readers retrieve while forgets run (the background worker consolidating meanwhile): a
+    retrieval never returns an event whose forget had returned before it started."""
+    recs = [{"text": t.text, "timestamp": t.timestamp, "speaker": t.speaker, "source_id": f"{s.sample_id}/{t.source_id}",
+             "stream": s.sample_id} for s in load_demo() for t in s.turns[:30]]
+    questions = [q.question for s in load_demo() for q in s.questions][:12]
+    with MagmaMemory(load_group("memory", "magma"), "heuristic", embedder=embedder, device="cpu") as mem:
+        ids = mem.add_many(recs)
+        gone: list[set[int]] = [set()]     # gone[k]: ids whose forget had returned after k forgets
+        errors, done, reads = [], threading.Event(), [0]
+
+        def reader(offset):
+            try:
+                k = offset
+                while not done.is_set():
+                    forgotten = gone[-1]
+                    r = mem.retrieve(questions[k % len(questions)])
+                    hit = forgotten & ({n.id for n in r.nodes} | {a.id for a in r.anchors} | set(r.context_ids))
+                    assert not hit, f"retrieved forgotten events {hit}"
+                    k += 1
+                    reads[0] += 1
+            except BaseException as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            for batch in (ids[1:60:4], ids[2:60:4], ids[60::3]):
+                out = mem.forget(ids=batch)
+                gone.append(gone[-1] | set(out.ids))
+        finally:
+            done.set()
+            for t in threads:
+                t.join()
+        assert not errors, errors[0]
+        assert reads[0] > 0
+        mem.worker.drain()
+        mem.check()
+    print(f"\nforget under readers: {reads[0]} retrievals during 3 forgets of {len(gone[-1])} events, "
+          "none returned after its forget")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from durable_child import acked
+from durable_child import Ledger
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
@@ -275,8 +275,9 @@ def test_check_reports_derived_columns_that_drifted_from_the_embeddings(embedder
 
 
 def test_kill9_while_ingesting_loses_no_acknowledged_event(embedder, tmp_path):
-    """KILLS children (forked from one warm process) add events until kill -9 at a random moment;
-    each next child and finally this process reopen the store and find every acknowledged event."""
+    """KILLS children (forked from one warm process) add, forget and update events until kill -9
+    at a random moment; each next child and finally this process reopen the store and find every
+    acknowledged add (unless forgotten) and update, and no acknowledged forget undone."""
     store_dir, ack_dir = tmp_path / "store", tmp_path / "acks"
     ack_dir.mkdir()
     zygote = subprocess.Popen([sys.executable, str(HERE / "durable_child.py"), str(store_dir), str(ack_dir)],
@@ -303,14 +304,16 @@ def test_kill9_while_ingesting_loses_no_acknowledged_event(embedder, tmp_path):
     verdicts = [(ack_dir / f"verify-{k}").read_text().strip() for k in range(KILLS)
                 if (ack_dir / f"verify-{k}").exists()]
     assert all(v.startswith("ok ") for v in verdicts), [v for v in verdicts if not v.startswith("ok ")]
-    acks = acked(ack_dir)
+    ledger = Ledger(ack_dir)
     with MagmaMemory(store_dir=store_dir, durable=True, embedder=embedder) as mem:
         mem.check()
-        assert acks <= set(mem.store.events.by_source)
+        assert ledger.problems(mem) == []
         n = len(mem.store)
-    print(f"\nkill -9: {KILLS} kills, {len(verdicts)} reopen checks by children, {len(acks)} acknowledged "
-          f"events, {n} in the store, none lost")
-    assert len(verdicts) >= KILLS // 2 and len(acks) >= KILLS
+    print(f"\nkill -9: {KILLS} kills, {len(verdicts)} reopen checks by children, {len(ledger.added)} acknowledged "
+          f"events, {len(ledger.forgotten)} acknowledged forgets, {len(ledger.revision)} updated events, {n} in the "
+          "store, none lost or back")
+    assert len(verdicts) >= KILLS // 2 and len(ledger.added) >= KILLS
+    assert ledger.forgotten and ledger.revision
 
 
 def test_llm_server_killed_mid_consolidation_fails_events_with_a_reason(embedder, tmp_path):

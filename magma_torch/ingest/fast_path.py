@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 
 import torch
@@ -54,14 +54,13 @@ def _record_name(i: int, rec: Mapping) -> str:
 
 def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) -> tuple[list[EventRow], list[int | None]]:
     """Turn raw records into rows. Returns (new rows, per-record existing id or None)."""
-    from magma_torch.ingest.temporal import parse_timestamp, resolve_dates  # lazy: dateparser, text records only
+    from magma_torch.ingest.temporal import resolve_dates  # lazy: dateparser, text records only
 
     rows: list[EventRow] = []
     existing: list[int | None] = []
     seen: dict = {}   # source ids and content keys of this batch's new rows -> -1 - row index
     last_ts = {stream: store.events.rows[i].timestamp for stream, i in store.events.last_of_stream.items()}
-    # "now" is the wall clock in UTC; stored times are wall-clock times read as UTC (as_utc)
-    horizon = datetime.now(timezone.utc).timestamp() + cfg.future_horizon_days * 86400.0
+    horizon = horizon_of(cfg)
     for i, rec in enumerate(records):
         name = _record_name(i, rec)
         if not isinstance(rec, Mapping):
@@ -69,20 +68,8 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) ->
         unknown = set(rec) - _FIELDS
         if unknown:
             raise IngestError(f"{name}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
-        text = rec.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise IngestError(f"{name}: text is empty or not a string")
-        if rec.get("timestamp") in (None, ""):
-            raise IngestError(f"{name}: missing timestamp")
-        try:
-            ts = parse_timestamp(rec["timestamp"])
-        except ValueError as err:
-            raise IngestError(f"{name}: {err}") from None
-        epoch = as_utc(ts).timestamp()
-        if epoch > horizon:
-            # It would block its stream: every later add would go backwards in time.
-            raise IngestError(f"{name}: timestamp {ts.isoformat()} is more than fast_path.future_horizon_days="
-                              f"{cfg.future_horizon_days:g} days ahead of now")
+        text = checked_text(name, rec.get("text"))
+        ts, epoch = checked_time(name, rec.get("timestamp"), horizon, cfg)
         source_id = None if rec.get("source_id") is None else str(rec["source_id"])
         stream = str(rec.get("stream") or cfg.default_stream)
         speaker = None if rec.get("speaker") is None else str(rec["speaker"])
@@ -110,6 +97,57 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) ->
         existing.append(None)
         seen[key] = -len(rows)  # placeholder -1 - row index: resolved to a real id after append
     return rows, existing
+
+
+def checked_text(name: str, text) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise IngestError(f"{name}: text is empty or not a string")
+    return text
+
+
+def checked_time(name: str, value, horizon: float, cfg: FastPathConfig) -> tuple[datetime, float]:
+    """(parsed timestamp, epoch seconds UTC); refuses a missing one and one past ``horizon``."""
+    from magma_torch.ingest.temporal import parse_timestamp
+
+    if value in (None, ""):
+        raise IngestError(f"{name}: missing timestamp")
+    try:
+        ts = parse_timestamp(value)
+    except ValueError as err:
+        raise IngestError(f"{name}: {err}") from None
+    epoch = as_utc(ts).timestamp()
+    if epoch > horizon:
+        # It would block its stream: every later add would go backwards in time.
+        raise IngestError(f"{name}: timestamp {ts.isoformat()} is more than fast_path.future_horizon_days="
+                          f"{cfg.future_horizon_days:g} days ahead of now")
+    return ts, epoch
+
+
+def horizon_of(cfg: FastPathConfig) -> float:
+    """The latest epoch second a record may have: "now" is the wall clock in UTC (stored times
+    are wall-clock times read as UTC, as_utc)."""
+    return datetime.now(timezone.utc).timestamp() + cfg.future_horizon_days * 86400.0
+
+
+def revise(store: MemoryStore, row: int, text: str | None, timestamp, cfg: FastPathConfig) -> EventRow:
+    """Event ``row`` with a new text and/or timestamp (dates re-resolved), validated as ``add``
+    validates: no empty text, no time past the horizon, and no time that breaks its stream's
+    order (before its predecessor's or after its successor's: it keeps its place in the chain)."""
+    from magma_torch.ingest.temporal import resolve_dates
+
+    ev, old = store.events, store.events.rows[row]
+    name = f"event {ev.ids[row]}" + (f" (source_id={old.source_id!r})" if old.source_id is not None else "")
+    text = old.text if text is None else checked_text(name, text)
+    if timestamp is None:
+        ts, epoch = datetime.fromtimestamp(old.timestamp, timezone.utc).replace(tzinfo=None), old.timestamp
+    else:
+        ts, epoch = checked_time(name, timestamp, horizon_of(cfg), cfg)
+    for nb, breaks in ((int(ev.prev.data[row]), lambda t: epoch < t), (int(ev.next.data[row]), lambda t: epoch > t)):
+        if nb >= 0 and breaks(ev.rows[nb].timestamp):
+            side = "before its predecessor" if nb == int(ev.prev.data[row]) else "after its successor"
+            raise IngestError(f"{name}: timestamp {ts.isoformat()} goes {side} event {ev.ids[nb]} in stream "
+                              f"{old.stream!r}; an update keeps the event's place in the stream")
+    return replace(old, text=text, timestamp=epoch, dates=[_date_dict(d) for d in resolve_dates(text, ts)])
 
 
 def as_utc(ts: datetime) -> datetime:
@@ -151,20 +189,23 @@ class PreparedBatch:
 
 
 def ingest(records: Iterable[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig,
-           journal: Callable[[PreparedBatch], None] | None = None) -> tuple[list[int], list[int]]:
-    """Add records; returns (id per record, ids of the events that are new). ``journal``
-    sees each batch with new events before the store does (a write-ahead log); when it
-    raises, nothing is written."""
+           journal: Callable[[PreparedBatch], None] | None = None,
+           submit: Callable[[list[int]], None] | None = None) -> tuple[list[int], list[int]]:
+    """Add records; returns (stable event id per record, rows of the events that are new).
+    ``journal`` sees each batch with new events before the store does (a write-ahead log); when
+    it raises, nothing is written. ``submit`` gets the new rows before the next write can
+    renumber them (a forget)."""
     records = list(records)
     with store.ingest_lock:
         batch = prepare(records, store, embedder, cfg)
         if batch.rows and journal is not None:
             journal(batch)
         ids = apply(batch, store, cfg)
-    new_iter = iter(ids)
-    out = []
-    for e in batch.existing:
-        out.append(next(new_iter) if e is None else (e if e >= 0 else ids[-1 - e]))
+        if submit is not None:
+            submit(ids)
+        new_iter = iter(ids)
+        rows = [next(new_iter) if e is None else (e if e >= 0 else ids[-1 - e]) for e in batch.existing]
+        out = [store.events.ids[r] for r in rows]
     return out, ids
 
 
@@ -196,6 +237,11 @@ def apply(batch: PreparedBatch, store: MemoryStore, cfg: FastPathConfig) -> list
 def _link(store: MemoryStore, ids: list[int], emb: torch.Tensor, cfg: FastPathConfig) -> None:
     """Temporal edge to the stream's previous event; semantic edges to earlier neighbours."""
     link_temporal(store, ids)
+    link_semantic(store, ids, emb, cfg)
+
+
+def link_semantic(store: MemoryStore, ids: list[int], emb: torch.Tensor, cfg: FastPathConfig) -> None:
+    """Semantic edges from each of the (consecutive) rows ``ids`` to its k nearest earlier events."""
     new = torch.tensor(ids, dtype=torch.long)
     if cfg.semantic_k <= 0:
         return

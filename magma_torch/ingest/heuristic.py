@@ -626,6 +626,34 @@ class HeuristicConsolidator:
             self._parsed.popitem(last=False)
         return [props[ev.id] for ev in batch]
 
+    def forget(self, new_id: Sequence[int], gone: set[int], remaining: Mapping[str, Sequence]) -> None:
+        """Events were renumbered (``new_id[old]``, -1: forgotten) and the text of the old ids
+        ``gone`` (forgotten or rewritten) is no longer stored: their pending phrases, free slots,
+        backfills and parses are dropped, and what the streams of ``remaining`` (each stream's
+        remaining events, with ``text`` and ``speaker``) knew only from that text: words, names,
+        phrase keys and speakers none of its remaining events contains."""
+        def moved(eid: int) -> int:
+            return -1 if eid in gone else new_id[eid]
+
+        for stream, events in remaining.items():
+            st = self._streams.get(stream)
+            if st is None:
+                continue
+            text = "\n".join(_norm(e.text) for e in events)
+            words = set(re.findall(r"[^\W\d_]+", text))
+            speakers = {" ".join(e.speaker.split()).lower() for e in events if e.speaker}
+            st.lower &= words
+            st.speakers = {k: v for k, v in st.speakers.items() if k in speakers}
+            for table in (st.names, st.counts, st.pending):
+                for key in [k for k in table if k not in text]:
+                    del table[key]
+        for st in self._streams.values():
+            for key, entries in list(st.pending.items()):
+                st.pending[key] = [[moved(e[0]), *e[1:]] for e in entries if moved(e[0]) >= 0]
+        self._room = {moved(e): r for e, r in self._room.items() if moved(e) >= 0}
+        self._backfill = [(moved(e), m) for e, m in self._backfill if moved(e) >= 0]
+        self._parsed = OrderedDict((moved(e), p) for e, p in self._parsed.items() if moved(e) >= 0)
+
     def state_dict(self) -> dict:
         """JSON-serialisable state; the parse cache is derived from event text and left out."""
         return {"streams": {k: s.to_json() for k, s in self._streams.items()},

@@ -135,6 +135,20 @@ class SlowPathWorker:
             self.queue.extend(state["queue"])
             self._cv.notify_all()
 
+    def renumber(self, new_row: Sequence[int], requeue: Iterable[int] = ()) -> None:
+        """The store was rebuilt without some events (``new_row[old]``: the new row, -1 for a forgotten
+        one): queue and statuses follow; ``requeue`` (new rows whose text changed) go pending again,
+        at the end of the queue. Call while paused."""
+        with self._cv:
+            requeue = list(requeue)
+            again = set(requeue)
+            self.queue = deque(j for j in (new_row[i] for i in self.queue) if j >= 0 and j not in again)
+            self.status = {new_row[i]: s for i, s in self.status.items() if new_row[i] >= 0}
+            for i in requeue:
+                self.status[i] = ("pending", "")
+            self.queue.extend(requeue)
+            self._cv.notify_all()
+
     def cancel(self) -> int:
         """Drop the queued events that no batch has taken yet; returns how many. For a memory
         being thrown away (an aborted run), so that closing it waits for one batch at most."""

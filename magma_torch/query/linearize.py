@@ -16,6 +16,7 @@ to fit and marked "…[cut]" (``Block.cut``), so the budget holds for any event.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from graphlib import TopologicalSorter
@@ -54,14 +55,16 @@ def episode_header(start: float) -> str:
 
 
 def render_blocks(events: list[int], rows: list[EventRow], episodes: list[int] | None = None,
-                  starts: dict[int, float] | None = None) -> list[Block]:
-    """Blocks of ``events`` in salience order; with ``episodes`` (each event's episode) and
-    ``starts`` (each episode's start time) the first block of an episode carries its header's tokens."""
+                  starts: dict[int, float] | None = None, ids: Sequence[int] | None = None) -> list[Block]:
+    """Blocks of ``events`` (rows) in salience order; with ``episodes`` (each event's episode) and
+    ``starts`` (each episode's start time) the first block of an episode carries its header's tokens.
+    ``ids``: each row's stable event id, shown as its reference (default: the row)."""
+    ref = (lambda e: e) if ids is None else ids.__getitem__
     if episodes is None:
-        return [Block(e, text, count_tokens(text)) for e in events for text in [render_block(e, rows[e])]]
+        return [Block(e, text, count_tokens(text)) for e in events for text in [render_block(ref(e), rows[e])]]
     out, headed = [], set()
     for e, ep in zip(events, episodes):
-        text = render_block(e, rows[e], starts[ep])
+        text = render_block(ref(e), rows[e], starts[ep])
         extra = 0 if ep in headed else count_tokens(episode_header(starts[ep]))
         headed.add(ep)
         out.append(Block(e, text, count_tokens(text) + extra, ep))
@@ -131,12 +134,13 @@ def _order(events: list[int], intent: str, rows: list[EventRow], causal: list[tu
 
 def linearize(ranked: list[int], intent: str, rows: list[EventRow], causal: list[tuple[int, int]],
               budget_tokens: int | None, header: str = "", episodes: list[int] | None = None,
-              starts: dict[int, float] | None = None) -> tuple[str, list[Block], list[Block]]:
+              starts: dict[int, float] | None = None, ids: Sequence[int] | None = None
+              ) -> tuple[str, list[Block], list[Block]]:
     """Returns (context, the blocks in the context in salience order, the blocks of every
     ranked event in salience order, a cut one as it is shown); the context never exceeds
     ``budget_tokens`` unless the budget cannot hold ``header``, the cut mark and the brevity
-    codes. ``episodes``/``starts``: see ``render_blocks``."""
-    blocks = render_blocks(ranked, rows, episodes, starts)
+    codes. ``episodes``/``starts``/``ids``: see ``render_blocks``."""
+    blocks = render_blocks(ranked, rows, episodes, starts, ids)
     fixed = count_tokens(header)
     kept = select_within_budget(blocks, None if budget_tokens is None else budget_tokens - fixed)
     order = display_order(ranked, intent, rows, causal, episodes)

@@ -10,6 +10,7 @@ reader's context window), with ``Retrieval.truncated`` set when earlier turns we
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -154,6 +155,7 @@ class Retriever:
                 out += self._assemble(snap, questions[p], intents[p], windows[p], anchors, result, budget,
                                       epochs[p] if self.cfg.time_filter else None)
         per_query_ms = (time.perf_counter() - started) * 1000 / max(len(questions), 1)
+        out = [_with_event_ids(r, snap.event_ids) for r in out]
         for b, r in enumerate(out):
             r.retrieval_ms = per_query_ms
             if probs is not None:
@@ -282,7 +284,8 @@ class Retriever:
             intent = INTENTS[int(intents[b])]
             episodes = snap.episode_of[ranked].tolist() if ranked else []
             starts = {ep: rows[int(snap.episode_first[ep])].timestamp for ep in set(episodes)}
-            context, kept, blocks = linearize(ranked, intent, rows, causal, budget, episodes=episodes, starts=starts)
+            context, kept, blocks = linearize(ranked, intent, rows, causal, budget, episodes=episodes, starts=starts,
+                                              ids=snap.event_ids)
             nodes = [_node(rows, node[i], score[i], blk.tokens) for i, blk in zip(idx, blocks)]
             paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
                      for i in idx if parent[i] >= 0]
@@ -296,7 +299,7 @@ class Retriever:
         """Every event, oldest first; the context keeps the newest blocks that fit ``budget``."""
         rows = snap.rows
         order = sorted(range(snap.num_events), key=lambda e: (rows[e].timestamp, e))
-        blocks = render_blocks(order, rows)
+        blocks = render_blocks(order, rows, ids=snap.event_ids)
         kept, note = blocks, ""
         if budget is not None and sum(b.tokens for b in blocks) > budget:
             room = budget - count_tokens(_omitted(len(blocks)))
@@ -325,6 +328,16 @@ class Retriever:
             ranks = {s: int(r) for s, r in zip(SIGNALS, anchors.ranks[b, j].tolist()) if r > 0}
             out.append(Anchor(a, float(anchors.scores[b, j]), ranks))
         return out
+
+
+def _with_event_ids(r: Retrieval, ids: list[int]) -> Retrieval:
+    """``r`` with the stable event ids users hold in place of the snapshot's rows (they differ
+    once a forget has compacted the rows)."""
+    return dataclasses.replace(
+        r, anchors=[dataclasses.replace(a, id=ids[a.id]) for a in r.anchors],
+        nodes=[dataclasses.replace(n, id=ids[n.id]) for n in r.nodes],
+        paths=[dataclasses.replace(p, src=ids[p.src], dst=ids[p.dst]) for p in r.paths],
+        context_ids=[ids[i] for i in r.context_ids])
 
 
 def _omitted(n: int) -> str:

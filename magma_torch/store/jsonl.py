@@ -5,7 +5,8 @@ One JSON object per line, told apart by ``type``, in this order:
 - ``header``: ``format`` ("magma_torch.jsonl"), ``version``, ``namespace``, the memory and
   consolidation ``config``/``consolidation``, and ``counts`` (events, entities, episodes,
   embedding ``dim``, edges per relation);
-- ``event``, one per event in id order: ``id``, the stored row (``text``, ``timestamp`` in
+- ``event``, one per event in row order: ``id`` (the row number), ``event_id`` (its stable id,
+  ``MagmaMemory.event``; absent in exports from before forget: the row number), the stored row (``text``, ``timestamp`` in
   epoch seconds UTC, ``stream``, ``speaker``, ``source_id``, ``session_id``, resolved ``dates``,
   ``metadata``), ``embedding``, ``date_span`` ([start, end] epoch seconds of the mentioned
   dates, null when none), temporal-chain ``prev``/``next`` (-1: none), ``episode``, and the
@@ -74,9 +75,10 @@ def _lines(saved: SavedStore) -> Iterator[str]:
                  **{k: st[k] for k in _HEADER_KEYS}})
     spans = t["events.date_spans"].tolist()
     prev, nxt, episode = (t[f"events.{c}"].tolist() for c in ("prev", "next", "episode"))
+    event_ids = t["events.ids"].tolist()
     status = st["worker"]["status"]
     for i, row in enumerate(saved.events):
-        yield event_line(i, row, type="event", id=i, embedding=float32_to_base64(t["events.embeddings"][i]),
+        yield event_line(i, row, type="event", id=i, event_id=event_ids[i], embedding=float32_to_base64(t["events.embeddings"][i]),
                          date_span=[None if math.isnan(x) else x for x in spans[i]], prev=prev[i], next=nxt[i],
                          episode=episode[i], status=status[i])
     for rel in RELATIONS:
@@ -120,7 +122,8 @@ class _Reader:
         self.path, self.lines, self.stage = path, 0, 0
         self.header: dict | None = None
         self.rows: list[EventRow] = []
-        self.events: dict[str, list] = {k: [] for k in ("embedding", "date_span", "prev", "next", "episode", "status")}
+        self.events: dict[str, list] = {k: [] for k in ("embedding", "date_span", "prev", "next", "episode", "status",
+                                                        "event_id")}
         self.edges: dict[str, dict] = {}
         self.entities: dict[str, list] = {k: [] for k in ("name", "kind", "surface", "embedding")}
         self.episodes: dict[str, list] = {k: [] for k in ("first", "last", "size", "sums")}
@@ -155,6 +158,7 @@ class _Reader:
         self.events["date_span"].append([math.nan if x is None else float(x) for x in obj["date_span"]])
         for k in ("prev", "next", "episode", "status"):
             self.events[k].append(obj[k])
+        self.events["event_id"].append(obj.get("event_id", len(self.rows) - 1))
 
     def _edges(self, obj: dict) -> None:
         rel = obj["relation"]
@@ -199,6 +203,7 @@ class _Reader:
              "entities.embeddings": _stack(self.entities["embedding"], self.dim),
              "episodes.sums": _stack(self.episodes["sums"], self.dim)}
         t.update({f"events.{k}": torch.tensor(self.events[k], dtype=long) for k in ("prev", "next", "episode")})
+        t["events.ids"] = torch.tensor(self.events["event_id"], dtype=long)
         t.update({f"episodes.{k}": torch.tensor(self.episodes[k], dtype=long) for k in ("first", "last", "size")})
         for rel, cols in self.edges.items():
             t.update({f"graph.{rel}.{c}": torch.tensor(v, dtype=f32 if c == "weight" else long) for c, v in cols.items()})

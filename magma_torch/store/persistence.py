@@ -2,7 +2,8 @@
 
 A save is a folder:
 
-- ``tensors.safetensors``: ``events.{embeddings,timestamps,date_spans,prev,next,episode}``,
+- ``tensors.safetensors``: ``events.{embeddings,timestamps,date_spans,prev,next,episode,ids}``
+  (``ids``: each row's stable event id; absent in saves from before forget: the row numbers),
   ``entities.embeddings``, ``episodes.{sums,first,last,size}`` and
   ``graph.<relation>.{src,dst,weight}`` per relation;
 - ``events.jsonl``: one ``EventRow`` per line, line i = event id i (metadata must be
@@ -77,12 +78,13 @@ def capture_store(store: MemoryStore, state: dict) -> SavedStore:
                "events.date_spans": ev.date_spans.data, "events.prev": ev.prev.data,
                "events.next": ev.next.data, "events.episode": ev.episode.data,
                "entities.embeddings": en.embeddings.data, "episodes.sums": ep.sums.data,
-               "episodes.first": ep.first.data, "episodes.last": ep.last.data, "episodes.size": ep.size.data}
+               "episodes.first": ep.first.data, "episodes.last": ep.last.data, "episodes.size": ep.size.data,
+               "events.ids": torch.tensor(ev.ids, dtype=torch.long)}
     tensors.update({f"graph.{k}": v for k, v in store.graph.state().items()})
     # Own CPU copies: the live columns are views into larger, still-growing buffers.
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
     counts = {"events": len(ev), "entities": len(en), "episodes": len(ep), "dim": store.dim,
-              "edges": store.graph.counts()}
+              "edges": store.graph.counts(), "next_id": ev.next_id}
     entities = {"names": list(en.names), "kinds": list(en.kinds), "surfaces": list(en.surfaces)}
     return SavedStore(None, tensors, list(ev.rows), entities, {"counts": counts, **state})
 
@@ -272,6 +274,8 @@ def check_counts(saved: SavedStore, one_file: bool = False) -> None:
     if "episodes" in c:  # saves from before episodes: segmented again on load (load_store)
         expected.update({"events.episode": (c["events"],), "episodes.sums": (c["episodes"], c["dim"]),
                          **{f"episodes.{col}": (c["episodes"],) for col in ("first", "last", "size")}})
+    if "events.ids" in t:   # saves from before forget have none: ids are the row numbers
+        expected["events.ids"] = (c["events"],)
     for rel in RELATIONS:
         if rel in c["edges"]:
             expected.update({f"graph.{rel}.{col}": (c["edges"][rel],) for col in ("src", "dst", "weight")})
@@ -295,10 +299,12 @@ class _Same:
         return self.path
 
 
-def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[EventRow], str]) -> list[list[str]]:
+def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[EventRow], str],
+               tokens: list[list[str]] | None = None) -> list[list[str]]:
     """Fill an empty ``store`` from ``saved``. ``keyword_text`` gives the text the fast path
-    tokenised for an event (the keyword indexes keep tokens, not texts, so they are rebuilt).
-    Returns those tokens: a save from before episodes leaves them to the caller to segment."""
+    tokenised for an event (the keyword indexes keep tokens, not texts, so they are rebuilt),
+    unless the caller has the ``tokens`` already. Returns them: a save from before episodes
+    leaves them to the caller to segment."""
     if len(store.events) or len(store.entities) or sum(store.graph.counts().values()):
         raise ValueError("load_store needs an empty store")
     t, dim = saved.tensors, saved.state["counts"]["dim"]
@@ -306,12 +312,15 @@ def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[Ev
         raise ValueError(f"{saved.path}: saved with {dim}-dim embeddings, the embedder gives {store.dim}")
     with store.lock:
         rows = saved.events
-        tokens = store.keyword_index.tokenize([keyword_text(r) for r in rows]) if rows else []
+        if tokens is None:
+            tokens = store.keyword_index.tokenize([keyword_text(r) for r in rows]) if rows else []
         if rows:
-            store.append_events(rows, t["events.embeddings"], tokens)
+            ids = t["events.ids"].tolist() if "events.ids" in t else None
+            store.append_events(rows, t["events.embeddings"], tokens, ids)
             # append_events derived these columns from the rows; the saved ones are authoritative.
             for col in ("timestamps", "date_spans", "prev", "next"):
                 getattr(store.events, col).data.copy_(t[f"events.{col}"])
+        store.events.next_id = max(store.events.next_id, saved.state["counts"].get("next_id", 0))
         e = saved.entities
         if e["names"]:
             store.entities.append(e["names"], e["kinds"], e["surfaces"], t["entities.embeddings"])

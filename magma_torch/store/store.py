@@ -41,6 +41,7 @@ class StoreSnapshot:
     episode_first: torch.Tensor       # [num_episodes] first event of each episode
     episode_sums: torch.Tensor        # [num_episodes, d] summed member embeddings (the open ones may still grow)
     episode_keyword_index: KeywordIndex
+    event_ids: list[int]              # row -> stable event id (shared, append-only; read only [:num_events])
 
     def episode_embeddings(self) -> torch.Tensor:
         """[num_episodes, d] unit episode embeddings."""
@@ -68,9 +69,10 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self.events)
 
-    def append_events(self, rows: list[EventRow], embeddings: torch.Tensor, tokens: list[list[str]]) -> list[int]:
-        """Add event nodes to the table and both indexes (caller holds the lock)."""
-        ids = self.events.append(rows, embeddings)
+    def append_events(self, rows: list[EventRow], embeddings: torch.Tensor, tokens: list[list[str]],
+                      event_ids: list[int] | None = None) -> list[int]:
+        """Add event nodes to the table and both indexes (caller holds the lock); returns their rows."""
+        ids = self.events.append(rows, embeddings, event_ids)
         self.vector_index.add(embeddings, self.events.embeddings.data)
         self.keyword_index.add(tokens)
         return ids
@@ -88,7 +90,14 @@ class MemoryStore:
                                  self.graph.snapshot(n, m, p), self.events.rows, self.entities.names,
                                  self.vector_index, self.keyword_index, (s, d), self.events.episode.data,
                                  self.events.speaker.data, self.events.speaker_names, self.episodes.first.data,
-                                 self.episodes.sums.data, self.episode_keywords)
+                                 self.episodes.sums.data, self.episode_keywords, self.events.ids)
+
+    def adopt(self, other: "MemoryStore") -> None:
+        """Take ``other``'s contents (a rebuilt copy of this store, e.g. after a forget); the caller
+        holds ``lock``. Snapshots taken before keep the old objects, which are never written again."""
+        for name in ("events", "entities", "episodes", "graph", "vector_index", "keyword_index",
+                     "episode_keywords"):
+            setattr(self, name, getattr(other, name))
 
     def stats(self) -> dict:
         with self.lock:

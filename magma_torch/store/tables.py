@@ -29,7 +29,8 @@ def content_key(text: str, timestamp: float, speaker: str | None, stream: str) -
     return (text, timestamp, speaker, stream)
 
 
-def _span(row: EventRow) -> tuple[float, float]:
+def date_span(row: EventRow) -> tuple[float, float]:
+    """[start, end] epoch seconds of the dates the row's text mentions; NaN when none."""
     if not row.dates:
         return (math.nan, math.nan)
     start = min(d["start"] for d in row.dates)
@@ -68,16 +69,26 @@ class EventTable:
         self.speaker = GrowableTensor((), torch.long, device)
         self.speaker_names: list[str] = []
         self.speaker_ids: dict[str, int] = {}
+        # Stable event ids, what users hold: row i has id ids[i]. They equal the row numbers until a
+        # forget compacts the rows (memory lifecycle, magma_torch/lifecycle.py); never reused.
+        self.ids: list[int] = []
+        self.row_of: dict[int, int] = {}
+        self.next_id = 0
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def append(self, rows: list[EventRow], embeddings: torch.Tensor) -> list[int]:
+    def append(self, rows: list[EventRow], embeddings: torch.Tensor, ids: list[int] | None = None) -> list[int]:
+        """Append rows; ``ids`` are their stable ids (default: the next unused ones). Returns row numbers."""
         start = len(self.rows)
+        ids_given = list(range(self.next_id, self.next_id + len(rows))) if ids is None else list(ids)
+        self.row_of.update(zip(ids_given, range(start, start + len(rows))))
+        self.ids.extend(ids_given)
+        self.next_id = max([self.next_id, *(i + 1 for i in ids_given)])
         self.embeddings.extend(embeddings)
         self.scan_embeddings.extend(embeddings)
         self.timestamps.extend(torch.tensor([r.timestamp for r in rows], dtype=torch.float64))
-        self.date_spans.extend(torch.tensor([_span(r) for r in rows], dtype=torch.float64).reshape(-1, 2))
+        self.date_spans.extend(torch.tensor([date_span(r) for r in rows], dtype=torch.float64).reshape(-1, 2))
         self.rows.extend(rows)
         ids = list(range(start, start + len(rows)))
         prev = []

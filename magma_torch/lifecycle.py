@@ -1,0 +1,157 @@
+"""Forget and update: taking events out of a memory, or correcting one, in every structure.
+
+Both rebuild the store from a capture of itself (``store.compact``) and swap the rebuilt
+contents in under the store lock: a reader's snapshot keeps the old objects, which are never
+written again, and every snapshot taken after the swap has no trace of what was removed.
+Rows are renumbered densely; the stable event ids users hold (``EventTable.ids``) are kept,
+and a forgotten id is never given out again.
+
+The write-ahead-log records (``forget_record``, ``update_record``) name events by stable id,
+so a replay finds the same rows the original call found.
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+import torch
+
+from magma_torch.events import UnknownEventError
+from magma_torch.ingest import fast_path
+from magma_torch.ingest.temporal import parse_timestamp
+from magma_torch.store import compact, persistence
+from magma_torch.store.tables import EventRow, date_span
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What ``MagmaMemory.forget`` removed."""
+
+    ids: tuple[int, ...]          # the forgotten events' ids, ascending
+    entities: tuple[str, ...]     # entity nodes left with no event, removed with them
+    episodes: int                 # episode nodes left with no event, removed with them
+
+
+def select(store, ids=None, source_ids=None, speaker: str | None = None, entity: str | None = None,
+           before=None) -> list[int]:
+    """Rows of the events ``forget`` is asked for: those named by ``ids`` or ``source_ids`` (every
+    event when neither is given) that also match each of ``speaker``, ``entity`` (mention an
+    entity node of that name) and ``before`` (timestamp strictly earlier). Unknown ids, source
+    ids, speakers or entities raise, naming them (the caller has changed nothing yet)."""
+    if ids is None and source_ids is None and speaker is None and entity is None and before is None:
+        raise ValueError("forget() needs ids, source_ids, speaker, entity or before (it never forgets everything "
+                         "by default)")
+    ev = store.events
+    rows = set(range(len(ev)))
+    if ids is not None or source_ids is not None:
+        ids, source_ids = _as_list(ids, int), _as_list(source_ids, str)
+        bad_ids = [i for i in ids if not _is_id(i) or i not in ev.row_of]
+        bad_sources = [s for s in source_ids if s not in ev.by_source]
+        if bad_ids or bad_sources:
+            what = "; ".join(x for x in (f"ids {bad_ids}" if bad_ids else "",
+                                         f"source_ids {bad_sources}" if bad_sources else "") if x)
+            raise UnknownEventError(f"forget: this memory holds no event with {what}; nothing was forgotten")
+        rows = {ev.row_of[i] for i in ids} | {ev.by_source[s] for s in source_ids}
+    if speaker is not None:
+        if speaker not in ev.speaker_ids:
+            raise ValueError(f"forget: no event has speaker {speaker!r}; nothing was forgotten")
+        rows = {r for r in rows if ev.rows[r].speaker == speaker}
+    if entity is not None:
+        e = store.entity_id(entity)
+        if e is None:
+            raise ValueError(f"forget: no entity named {entity!r}; nothing was forgotten")
+        src, dst, _ = store.graph.edges("entity")
+        rows &= set(src[dst == e].tolist())
+    if before is not None:
+        when = fast_path.as_utc(before if isinstance(before, datetime) else parse_timestamp(before)).timestamp()
+        rows = {r for r in rows if ev.rows[r].timestamp < when}
+    return sorted(rows)
+
+
+def _as_list(x, kind: type) -> list:
+    if x is None:
+        return []
+    return [x] if isinstance(x, (kind, str)) else list(x)
+
+
+def _is_id(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def forget_rows(mem, rows: list[int]) -> Forgotten:
+    """Remove events ``rows`` (caller: ingest lock, worker paused, store lock)."""
+    ev = mem.store.events
+    ids = tuple(sorted(ev.ids[r] for r in rows))
+    streams = {ev.rows[r].stream for r in rows}
+    c = _rebuild(mem, rows)
+    _tell_consolidator(mem, c.new_row, set(rows), streams)
+    mem.worker.renumber(c.new_row)
+    return Forgotten(ids, tuple(c.entities), c.episodes)
+
+
+def update_row(mem, row: int, new: EventRow, embedding: torch.Tensor) -> int:
+    """Give event ``row`` a revised row and embedding; its semantic, causal and entity edges are
+    derived again (semantic now, the others by the slow path it is queued for again). Returns
+    its row (unchanged: an update keeps the event's place). Same locks as ``forget_rows``."""
+    c = _rebuild(mem, [], detach=[row], replaced={row: (new, embedding)})
+    _tell_consolidator(mem, c.new_row, {row}, {new.stream})
+    fast_path.link_semantic(mem.store, [row], embedding.to(mem.store.device), mem.fast_cfg)
+    mem.worker.renumber(c.new_row, requeue=[row])
+    return row
+
+
+def _rebuild(mem, drop: list[int], detach: Iterable[int] = (),
+             replaced: dict[int, tuple[EventRow, torch.Tensor]] | None = None) -> compact.Compacted:
+    store = mem.store
+    saved = persistence.capture_store(store, {})
+    tokens = [store.keyword_index.tokens(i) for i in range(len(store))]
+    t = saved.tensors
+    for row, (new, emb) in (replaced or {}).items():
+        saved.events[row] = new
+        t["events.embeddings"][row] = emb.detach().cpu().to(t["events.embeddings"].dtype)
+        t["events.timestamps"][row] = new.timestamp
+        t["events.date_spans"][row] = torch.tensor(date_span(new), dtype=torch.float64)
+        tokens[row] = store.keyword_index.tokenize([fast_path.embed_text(new, mem.fast_cfg)])[0]
+    c = compact.without(saved, drop, detach)
+    rebuilt = mem.new_store()
+    persistence.load_store(c.saved, rebuilt, None, tokens=[tokens[i] for i, j in enumerate(c.new_row) if j >= 0])
+    store.adopt(rebuilt)
+    return c
+
+
+def _tell_consolidator(mem, new_row: list[int], gone: set[int], streams: set[str]) -> None:
+    """A stateful consolidator drops what it learned from text that is no longer stored (the
+    ``gone`` rows' text, of ``streams``)."""
+    forget = getattr(mem.consolidator, "forget", None)
+    if forget is not None:
+        forget(new_row, gone, {s: [r for r in mem.store.events.rows if r.stream == s] for s in streams})
+
+
+# ---- write-ahead-log records ----
+
+def forget_record(ids: tuple[int, ...]) -> dict:
+    return {"op": "forget", "ids": list(ids)}
+
+
+def update_record(event_id: int, row: EventRow, embedding: torch.Tensor) -> dict:
+    """The revised row and its embedding (logged, not recomputed on replay: see PreparedBatch)."""
+    return {"op": "update", "id": event_id, "row": asdict(row),
+            "embedding": persistence.float32_to_base64(embedding)}
+
+
+def replay(mem, record: dict) -> None:
+    """Apply a logged forget or update (caller: ingest lock, worker paused, store lock)."""
+    ev = mem.store.events
+    named = record["ids"] if record["op"] == "forget" else [record["id"]]
+    unknown = [i for i in named if i not in ev.row_of]
+    if unknown:
+        raise persistence.CorruptSaveError(f"record {record['seq']} ({record['op']}) names events {unknown} "
+                                           "the memory does not hold")
+    if record["op"] == "forget":
+        forget_rows(mem, [ev.row_of[i] for i in named])
+        return
+    emb = persistence.float32_from_base64(record["embedding"], (1, mem.store.dim))
+    update_row(mem, ev.row_of[named[0]], EventRow(**record["row"]), emb.to(mem.store.device))
+

@@ -1,0 +1,145 @@
+"""A captured store without some events: what ``MagmaMemory.forget`` and ``update`` rebuild from.
+
+``without(saved, drop, detach)`` returns the capture with the rows ``drop`` removed and every
+row renumbered densely (old row -> new row in ``Compacted.new_row``, -1 for a removed one):
+
+- events: their columns lose the rows; the temporal chain (``prev``/``next`` and the temporal
+  edges) is re-linked around the gap, each stream's remaining events in order;
+- semantic and causal edges touching a removed row are dropped. A causal link through a
+  removed event is not bridged: "a caused b" and "b caused c" do not say that a caused c,
+  and a bridged edge would keep a trace of what was forgotten;
+- entity mentions of removed rows are dropped, and so is an entity left with no mention;
+- episodes keep their members' order; an episode left empty is dropped, one that lost
+  members gets its first/last/size and summed embedding recomputed (its keyword document is
+  rebuilt from its members' tokens on load); the episode chain is re-linked per stream.
+
+The rows ``detach`` stay but lose their semantic, causal and entity edges (an update
+re-derives them), and their episodes' sums are recomputed from the (new) embeddings.
+Stable event ids (``events.ids``) and ``next_id`` are kept, so ids users hold stay valid.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import torch
+
+from magma_torch.store.persistence import SavedStore
+
+
+@dataclass(frozen=True)
+class Compacted:
+    saved: SavedStore
+    new_row: list[int]           # old row -> new row, -1: removed
+    entities: list[str]          # names of the entities removed (left with no mention)
+    episodes: int                # episodes removed (left with no event)
+
+
+def without(saved: SavedStore, drop: Collection[int], detach: Collection[int] = ()) -> Compacted:
+    t, n = saved.tensors, len(saved.events)
+    drop_t, detach_t = (torch.tensor(sorted(x), dtype=torch.long) for x in (drop, detach))
+    alive = torch.ones(n, dtype=torch.bool)
+    alive[drop_t] = False
+    keep = alive.nonzero().squeeze(1)
+    new_row = torch.full((n,), -1, dtype=torch.long)
+    new_row[keep] = torch.arange(keep.numel())
+    rows = [saved.events[i] for i in keep.tolist()]
+    out = {f"events.{c}": t[f"events.{c}"][keep] for c in ("embeddings", "timestamps", "date_spans", "ids")}
+    prev = _chain(rows)
+    out["events.prev"], out["events.next"] = prev, _successors(prev)
+    free = alive.clone()               # rows that keep their derived edges
+    free[detach_t] = False
+    for rel in ("semantic", "causal"):
+        s, d, w = _edges(t, rel)
+        ok = free[s] & free[d]
+        out.update(_as_edges(rel, new_row[s[ok]], new_row[d[ok]], w[ok]))
+    entities, gone_entities = _entities(saved, out, free, new_row)
+    episodes, gone_episodes = _episodes(t, out, keep, drop_t, detach_t, rows)
+    temporal = (prev >= 0).nonzero().squeeze(1)
+    out.update(_as_edges("temporal", prev[temporal], temporal))
+    out.update(episodes)
+    counts = {**saved.state["counts"], "events": len(rows), "entities": len(entities["names"]),
+              "episodes": int(out["episodes.first"].numel()),
+              "edges": {rel: int(out[f"graph.{rel}.src"].numel()) for rel in saved.state["counts"]["edges"]}}
+    compacted = SavedStore(None, out, rows, entities, {**saved.state, "counts": counts})
+    return Compacted(compacted, new_row.tolist(), gone_entities, gone_episodes)
+
+
+def _edges(t: dict, rel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return t[f"graph.{rel}.src"], t[f"graph.{rel}.dst"], t[f"graph.{rel}.weight"]
+
+
+def _as_edges(rel: str, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor | None = None) -> dict:
+    weight = torch.ones(src.numel(), dtype=torch.float32) if weight is None else weight
+    return {f"graph.{rel}.src": src, f"graph.{rel}.dst": dst, f"graph.{rel}.weight": weight}
+
+
+def _chain(rows) -> torch.Tensor:
+    """Each row's predecessor in its stream (rows are in stream order within a stream), -1 at a start."""
+    last: dict[str, int] = {}
+    prev = []
+    for i, r in enumerate(rows):
+        prev.append(last.get(r.stream, -1))
+        last[r.stream] = i
+    return torch.tensor(prev, dtype=torch.long)
+
+
+def _successors(prev: torch.Tensor) -> torch.Tensor:
+    nxt = torch.full_like(prev, -1)
+    linked = (prev >= 0).nonzero().squeeze(1)
+    nxt[prev[linked]] = linked
+    return nxt
+
+
+def _entities(saved: SavedStore, out: dict, free: torch.Tensor, new_row: torch.Tensor) -> tuple[dict, list[str]]:
+    """Mentions of the remaining, not detached rows; entities left with none are dropped."""
+    s, d, w = _edges(saved.tensors, "entity")
+    ok = free[s]
+    m = len(saved.entities["names"])
+    before = torch.bincount(d, minlength=m)
+    after = torch.bincount(d[ok], minlength=m)
+    kept = ~((before > 0) & (after == 0))
+    ent_row = torch.full((m,), -1, dtype=torch.long)
+    ent_row[kept] = torch.arange(int(kept.sum()))
+    out.update(_as_edges("entity", new_row[s[ok]], ent_row[d[ok]], w[ok]))
+    out["entities.embeddings"] = saved.tensors["entities.embeddings"][kept]
+    idx = kept.nonzero().squeeze(1).tolist()
+    entities = {k: [v[i] for i in idx] for k, v in saved.entities.items()}
+    gone = [saved.entities["names"][i] for i in (~kept).nonzero().squeeze(1).tolist()]
+    return entities, gone
+
+
+def _episodes(t: dict, out: dict, keep: torch.Tensor, drop: torch.Tensor, detach: torch.Tensor,
+              rows) -> tuple[dict, int]:
+    """The remaining rows' episodes, renumbered; sums recomputed where members left or changed."""
+    old_of = t["events.episode"][keep]
+    p = t["episodes.first"].numel()
+    present = torch.zeros(p, dtype=torch.bool)
+    present[old_of] = True
+    ep_row = torch.full((p,), -1, dtype=torch.long)
+    ep_row[present] = torch.arange(int(present.sum()))
+    episode = ep_row[old_of]
+    q, k = int(present.sum()), keep.numel()
+    ids = torch.arange(k)
+    first = torch.full((q,), k, dtype=torch.long).scatter_reduce(0, episode, ids, "amin")
+    last = torch.full((q,), -1, dtype=torch.long).scatter_reduce(0, episode, ids, "amax")
+    size = torch.bincount(episode, minlength=q)
+    sums = t["episodes.sums"][present].clone()
+    touched = ep_row[t["events.episode"][torch.cat([drop, detach])]]
+    touched = torch.unique(touched[touched >= 0])
+    if touched.numel():
+        emb = out["events.embeddings"]
+        redo = torch.isin(episode, touched)
+        fresh = torch.zeros_like(sums).index_add_(0, episode[redo], emb[redo].to(sums.dtype))
+        sums[touched] = fresh[touched]
+    streams = [rows[f].stream for f in first.tolist()]
+    last_of: dict[str, int] = {}
+    chain = []
+    for e, stream in enumerate(streams):
+        if stream in last_of:
+            chain.append((last_of[stream], e))
+        last_of[stream] = e
+    cs, cd = (torch.tensor(c, dtype=torch.long) for c in (zip(*chain) if chain else ([], [])))
+    eps = {"events.episode": episode, "episodes.first": first, "episodes.last": last, "episodes.size": size,
+           "episodes.sums": sums, **_as_edges("episode", ids, episode), **_as_edges("episode_chain", cs, cd)}
+    return eps, p - q

@@ -1,0 +1,309 @@
+"""Forget and update (issue 13): an event taken out of a memory is gone from every structure and
+every file, other events keep their ids, an update re-derives what the event's text gave, and bad
+requests change nothing."""
+from __future__ import annotations
+
+import base64
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import torch
+
+from magma_torch import MagmaMemory
+from magma_torch.config import load_group
+from magma_torch.eval.datasets import load_demo
+from magma_torch.events import UnknownEventError
+from magma_torch.ingest.embedder import Embedder
+from magma_torch.ingest.fast_path import IngestError
+from magma_torch.memory import WAL
+from magma_torch.store import persistence
+from magma_torch.testing import abandon, assert_same_store
+
+MARKER = "Zorblax qwvmarker flute"   # unique words: a name, a lower-case word, a phrase
+MARKER_TEXT = f"{MARKER}: Qwertina brought the {MARKER} to Quexville yesterday."
+
+
+@pytest.fixture(scope="module")
+def emb():
+    return Embedder(device="cpu")
+
+
+def config(**fast_path):
+    cfg = load_group("memory", "magma")
+    cfg.slow_path.background = False
+    cfg.fast_path.update(fast_path)
+    return cfg
+
+
+def demo_records(n: int) -> list[dict]:
+    return [{"text": t.text, "timestamp": t.timestamp, "speaker": t.speaker, "session_id": t.session_id,
+             "source_id": f"{s.sample_id}/{t.source_id}", "stream": s.sample_id}
+            for s in load_demo() for t in s.turns[:n]]
+
+
+def consolidated(emb, recs: list[dict]) -> tuple[MagmaMemory, list[int]]:
+    """An in-memory memory holding ``recs``, consolidated by the heuristic; and their ids."""
+    mem = MagmaMemory(config(), "heuristic", embedder=emb, device="cpu")
+    ids = mem.add_many(recs)
+    mem.consolidate()
+    return mem, ids
+
+
+def with_marker(recs: list[dict], at: int) -> list[dict]:
+    """``recs`` with the marker event inserted at ``at``, in the stream and time order of its neighbour."""
+    before = recs[at - 1]
+    marker = {"text": MARKER_TEXT, "timestamp": before["timestamp"], "speaker": "Qwertina",
+              "source_id": "marker", "stream": before["stream"], "session_id": before["session_id"]}
+    return recs[:at] + [marker] + recs[at:]
+
+
+def scan(root: Path, needles: dict[str, bytes]) -> dict[str, list[str]]:
+    """Which needles each file under ``root`` holds (every file, hidden leftovers included)."""
+    found: dict[str, list[str]] = {}
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = f.read_bytes()
+        hits = [name for name, needle in needles.items() if needle in data]
+        if hits:
+            found[str(f.relative_to(root))] = hits
+    return found
+
+
+def needles_of(mem: MagmaMemory, row: int) -> dict[str, bytes]:
+    """The marker's words and its embedding's bytes: float32 and float16 (aligned 64-byte pieces:
+    any of them surviving is a leak) and the base64 the write-ahead log writes."""
+    out = {w: w.encode() for w in ("Zorblax", "qwvmarker", "Qwertina", "Quexville")}
+    fp32 = mem.store.events.embeddings.data[row].numpy().astype("<f4").tobytes()
+    fp16 = mem.store.events.scan_embeddings.data[row].numpy().astype("<f2").tobytes()
+    out.update({f"fp32[{i}]": fp32[i:i + 64] for i in range(0, len(fp32), 64)})
+    out.update({f"fp16[{i}]": fp16[i:i + 64] for i in range(0, len(fp16), 64)})
+    out["base64"] = base64.b64encode(fp32).decode()[:60].encode()
+    return out
+
+
+def test_a_forgotten_event_leaves_no_residue_on_disk(emb, tmp_path):
+    store = tmp_path / "store"
+    recs = with_marker(demo_records(20), 7)
+    with MagmaMemory(config(), "heuristic", store_dir=store, durable=True, embedder=emb, device="cpu") as mem:
+        ids = mem.add_many(recs[:7])
+        marker = mem.add(**recs[7])
+        ids += mem.add_many(recs[8:])
+        needles = needles_of(mem, mem.store.events.row_of[marker])
+        # the scan finds the marker while it is stored: in the log, then in the checkpoint
+        assert {"Zorblax", "qwvmarker", "base64"} <= set(scan(store, needles).get(f"default/{WAL}", []))
+        mem.consolidate()   # the marker's entities and phrases reach the graph and the consolidator state
+        assert {"zorblax", "quexville"} <= set(mem.store.entities.names)
+        mem.add("A later turn, logged only.", recs[-1]["timestamp"], stream=recs[-1]["stream"])
+        assert {"fp32[0]", "fp32[1472]"} <= set(scan(store, needles)["default/checkpoint/tensors.safetensors"])
+        texts = {i: mem.event(i).text for i in ids}
+        out = mem.forget(source_ids="marker")
+        assert out.ids == (marker,) and {"zorblax", "quexville"} <= set(out.entities)
+        mem.export_jsonl(store / "export.jsonl")
+        assert scan(store, needles) == {}
+        files = sum(p.is_file() for p in store.rglob("*"))
+        mem.check()
+        assert {i: mem.event(i).text for i in ids} == texts          # the others keep their ids
+        with pytest.raises(UnknownEventError, match=str(marker)):
+            mem.event(marker)
+        for question in ("Who brought the flute to Quexville?", "Zorblax qwvmarker", "What did Qwertina bring?"):
+            r = mem.retrieve(question)
+            assert marker not in [n.id for n in r.nodes] + [a.id for a in r.anchors] + r.context_ids
+            assert "qwvmarker" not in r.context and "Zorblax" not in r.context
+    assert scan(store, needles) == {}
+    print(f"\nresidue: {len(needles)} needles, 0 hits in {files} files after the forget")
+    with MagmaMemory(store_dir=store, embedder=emb, device="cpu") as back:
+        back.check()
+        assert marker not in back.store.events.row_of and {i: back.event(i).text for i in ids} == texts
+
+
+def test_forget_takes_the_event_out_of_every_structure(emb):
+    recs = with_marker(demo_records(12), 5)
+    mem, ids = consolidated(emb, recs)
+    with mem:
+        marker, ev = ids[5], mem.store.events
+        row = ev.row_of[marker]
+        before, after = ev.ids[int(ev.prev.data[row])], ev.ids[int(ev.next.data[row])]
+        vector = ev.embeddings.data[row].clone()
+        # a causal chain through the marker: before -> marker -> after
+        with mem.store.lock:
+            mem.store.graph.add_edges("causal", torch.tensor([row - 1, row]), torch.tensor([row, row + 1]))
+        mem.add("Qwertina again, in another stream.", recs[0]["timestamp"], speaker="Qwertina", stream="other")
+        mem.forget(ids=[marker])
+        ev, g = mem.store.events, mem.store.graph
+        rb, ra = ev.row_of[before], ev.row_of[after]
+        # the chain is re-linked around the gap; the causal link is not bridged
+        assert int(ev.prev.data[ra]) == rb and int(ev.next.data[rb]) == ra
+        src, dst, _ = g.edges("temporal")
+        assert (rb, ra) in set(zip(src.tolist(), dst.tolist()))
+        src, dst, _ = g.edges("causal")
+        assert (rb, ra) not in set(zip(src.tolist(), dst.tolist()))
+        assert MARKER_TEXT not in [r.text for r in ev.rows] and "marker" not in ev.by_source
+        assert "zorblax" not in mem.store.entities.by_name
+        assert "Qwertina" in ev.speaker_names       # still the speaker of another event
+        _, nearest = mem.store.vector_index.search(vector[None], 3)
+        assert all(ev.ids[i] != marker for i in nearest[0].tolist())
+        assert mem.store.keyword_index.scores(["qwvmarker Quexville"]).max() == 0
+        assert mem.store.episode_keywords.scores(["qwvmarker Quexville"]).max() == 0
+        state = mem.consolidator.state_dict()
+        assert "qwvmarker" not in str(state) and "quexville" not in str(state)
+        assert marker not in [e.id for e in mem.events()] and len(list(mem.events())) == len(ids)
+        mem.check()
+
+
+def test_forget_selects_by_speaker_entity_and_time(emb):
+    recs = demo_records(10)
+    mem, ids = consolidated(emb, recs)
+    with mem:
+        speaker, cut = recs[1]["speaker"], recs[4]["timestamp"]
+        stream = recs[1]["stream"]
+        expected = [i for i, r in zip(ids, recs) if r["speaker"] == speaker and r["timestamp"] < cut]
+        assert mem.forget(speaker=speaker, before=cut).ids == tuple(sorted(expected))
+        entity = mem.store.entities.names[0]
+        e = mem.store.entity_id(entity)
+        src, dst, _ = mem.store.graph.edges("entity")
+        mentioning = sorted(mem.store.events.ids[r] for r in src[dst == e].tolist())
+        out = mem.forget(entity=entity)
+        assert out.ids == tuple(mentioning) and entity in out.entities
+        last = [i for i, r in zip(ids, recs) if r["stream"] == stream][-1]
+        assert mem.forget(ids=last, source_ids=[]).ids == (last,)
+        assert mem.forget(ids=[], source_ids=[]).ids == ()
+        with pytest.raises(ValueError, match="needs ids"):
+            mem.forget()
+        mem.check()
+
+
+def test_forgetting_unknown_ids_names_them_and_changes_nothing(emb, tmp_path):
+    with MagmaMemory(config(), "heuristic", store_dir=tmp_path, durable=True, embedder=emb, device="cpu") as mem:
+        ids = mem.add_many(demo_records(6))
+        mem.forget(ids=ids[0])
+        log = (tmp_path / "default" / WAL).read_bytes()
+        events = list(mem.events())
+        for bad, named in (({"ids": [ids[1], 999]}, "999"), ({"ids": [ids[0]]}, str(ids[0])),
+                           ({"source_ids": ["nope"], "ids": ids[2]}, "'nope'"), ({"ids": ["3"]}, "'3'"),
+                           ({"speaker": "Nobody"}, "'Nobody'"), ({"entity": "no such thing"}, "'no such thing'")):
+            with pytest.raises((UnknownEventError, ValueError)) as err:
+                mem.forget(**bad)
+            assert named in str(err.value) and "nothing was forgotten" in str(err.value)
+            assert list(mem.events()) == events and (tmp_path / "default" / WAL).read_bytes() == log
+        mem.check()
+
+
+def test_update_rederives_the_event(emb):
+    recs = demo_records(12)
+    mem, ids = consolidated(emb, recs)
+    with mem:
+        target = ids[4]
+        old = mem.event(target)
+        e = mem.update(target, text="Qwertina adopted a zebra called Zorblax.")
+        assert (e.id, e.text, e.timestamp, e.status) == (target, "Qwertina adopted a zebra called Zorblax.",
+                                                         old.timestamp, "pending")
+        row = mem.store.events.row_of[target]
+        want = emb.encode(["Qwertina adopted a zebra called Zorblax."] if not old.speaker else
+                          [f"{old.speaker}: Qwertina adopted a zebra called Zorblax."])[0]
+        assert torch.allclose(mem.store.events.embeddings.data[row], want, atol=1e-6)
+        src, dst, _ = mem.store.graph.edges("semantic")
+        assert bool((dst[src == row] < row).all()) and not bool((src[dst == row] > row).any())
+        src, _, _ = mem.store.graph.edges("entity")
+        assert row not in src.tolist()          # the old text's mentions are gone until consolidated again
+        mem.check()
+        mem.consolidate()
+        assert mem.event(target).status == "consolidated" and "zorblax" in mem.store.entities.by_name
+        assert [n.id for n in mem.retrieve("Who adopted a zebra?").nodes][:3].count(target) == 1
+        assert mem.store.keyword_index.scores([old.text]).argmax() != row or old.text == e.text
+        moved = old.timestamp + timedelta(seconds=1)
+        if mem.event(ids[5]).timestamp >= moved:
+            assert mem.update(target, timestamp=moved).timestamp == moved
+        mem.check()
+
+
+def test_update_is_refused_like_add(emb):
+    recs = demo_records(6)
+    with MagmaMemory(config(), "none", embedder=emb, device="cpu") as mem:
+        ids = mem.add_many(recs)        # ids[0..5]: one stream, in time order
+        events = list(mem.events())
+        first, third = mem.event(ids[0]), mem.event(ids[2])
+        far = datetime.now(timezone.utc) + timedelta(days=30)
+        for target, kw, message in ((ids[0], {"text": ""}, "text is empty"),
+                                    (ids[0], {"text": "   "}, "text is empty"),
+                                    (ids[0], {"text": 5}, "text is empty"),
+                                    (ids[5], {"timestamp": far}, "future_horizon_days"),
+                                    (ids[1], {"timestamp": first.timestamp - timedelta(days=1)},
+                                     "goes before its predecessor"),
+                                    (ids[1], {"timestamp": third.timestamp + timedelta(days=1)},
+                                     "goes after its successor"),
+                                    (ids[1], {"timestamp": "not a time"}, "")):
+            with pytest.raises(IngestError) as err:
+                mem.update(target, **kw)
+            assert f"event {target}" in str(err.value) and message in str(err.value)
+            assert list(mem.events()) == events
+        with pytest.raises(UnknownEventError):
+            mem.update(999, text="x")
+        with pytest.raises(ValueError, match="needs a new text"):
+            mem.update(ids[0])
+        assert list(mem.events()) == events
+        mem.check()
+
+
+def test_forget_and_update_replay_from_the_log(emb, tmp_path, monkeypatch):
+    """A crash after a forget or an update was logged but before a checkpoint held it: reopening
+    replays it onto the checkpoint and gives the same memory."""
+    recs = demo_records(10)
+    mem = MagmaMemory(config(), "heuristic", store_dir=tmp_path, durable=True, embedder=emb, device="cpu")
+    ids = mem.add_many(recs)
+    mem.consolidate()
+    mem.update(ids[3], text="A corrected turn about a canoe.")
+    mem.add("One more turn.", recs[-1]["timestamp"], stream=recs[-1]["stream"])
+
+    def crash(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(persistence, "write_save", crash)
+    with pytest.raises(OSError, match="write-ahead log are intact"):
+        mem.forget(ids=[ids[2], ids[7]])
+    monkeypatch.undo()
+    mem.worker.drain()
+    abandon(mem)
+    with MagmaMemory(store_dir=tmp_path, durable=True, embedder=emb, device="cpu") as back:
+        back.check()
+        assert ids[2] not in back.store.events.row_of and back.event(ids[3]).text == "A corrected turn about a canoe."
+        back.consolidate()
+        mem2 = MagmaMemory(config(), "heuristic", embedder=emb, device="cpu")
+        try:   # the same calls on a memory without a log give the same store
+            mem2.add_many(recs)
+            mem2.consolidate()
+            mem2.update(ids[3], text="A corrected turn about a canoe.")
+            mem2.add("One more turn.", recs[-1]["timestamp"], stream=recs[-1]["stream"])
+            mem2.forget(ids=[ids[2], ids[7]])
+            mem2.consolidate()
+            assert_same_store(back, mem2)
+        finally:
+            mem2.close()
+
+
+def test_forget_namespace_deletes_a_tenant_unless_open(emb, tmp_path):
+    for ns in ("alice", "bob"):
+        with MagmaMemory(config(), "none", store_dir=tmp_path, namespace=ns, embedder=emb, device="cpu") as m:
+            m.add("hello from " + ns, "2023-05-08 13:56")
+    held = MagmaMemory(store_dir=tmp_path, namespace="alice", embedder=emb, device="cpu")
+    with pytest.raises(RuntimeError, match="open elsewhere"):
+        MagmaMemory.forget_namespace(tmp_path, "alice")
+    held.close()
+    MagmaMemory.forget_namespace(tmp_path, "alice")
+    assert MagmaMemory.namespaces(tmp_path) == ["bob"] and sorted(p.name for p in tmp_path.iterdir()) == ["bob"]
+    for bad, error in (("alice", FileNotFoundError), ("../bob", ValueError)):
+        with pytest.raises(error):
+            MagmaMemory.forget_namespace(tmp_path, bad)
+
+
+def test_a_far_future_event_stored_before_the_horizon_can_be_forgotten(emb, tmp_path):
+    far = (datetime.now(timezone.utc) + timedelta(days=3650)).isoformat()
+    with MagmaMemory(config(future_horizon_days=100000), "none", store_dir=tmp_path, embedder=emb,
+                     device="cpu") as mem:
+        mem.add("Booked for 2035.", "2023-01-01", stream="s")
+        stuck = mem.add("The far future.", far, stream="s")
+    with MagmaMemory(store_dir=tmp_path, embedder=emb, device="cpu") as mem:   # today's horizon
+        with pytest.raises(IngestError, match="goes backwards"):
+            mem.add("Today.", datetime.now(timezone.utc), stream="s")
+        assert mem.forget(ids=stuck).ids == (stuck,)
+        mem.add("Today.", datetime.now(timezone.utc), stream="s")
+        mem.check()
