@@ -19,12 +19,14 @@ def _cpu_model() -> str:
 
 
 def _commit() -> str | None:
-    """The checked-out commit, marked `+dirty` when tracked files differ from it."""
+    """The checked-out commit, marked `+dirty` when the library or its configs (magma_torch/, conf/)
+    differ from it; scripts, notes and results edited meanwhile do not count."""
     root = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "magma_torch", "conf"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
