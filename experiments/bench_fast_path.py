@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
-from datetime import datetime, timezone
 
 import numpy as np
-import torch
+from machine import machine  # experiments/machine.py
 
 from magma_torch import MagmaMemory
 from magma_torch.eval.datasets import load_locomo
@@ -57,9 +55,7 @@ def main() -> None:
     out = {"data": args.data, "turns": turns, "batch": args.batch,
            "turns_per_s": turns / elapsed, "add_ms_p50": float(np.percentile(lat, 50)),
            "add_ms_p99": float(np.percentile(lat, 99)), "add_ms_max": float(lat.max()),
-           "slow_path_busy_during_adds": float(np.mean(np.array(backlog) > 0)),
-           "machine": f"{platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}",
-           "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")}
+           "slow_path_busy_during_adds": float(np.mean(np.array(backlog) > 0)), **machine()}
     print(json.dumps(out, indent=2))
     if args.json:
         with open(args.json, "w") as f:

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import machine  # experiments/machine.py
+
 from magma_torch.eval.datasets import load_longmemeval
 
 
@@ -62,7 +64,7 @@ def main() -> None:
     elapsed = time.perf_counter() - t0
     out = {"file_mb": round(size_mb, 1), "records": n, "turns": turns, "load_s": round(elapsed, 2),
            "records_per_s": round(n / elapsed, 1), "mb_per_s": round(size_mb / elapsed, 1),
-           "peak_rss_before_mb": round(before, 1), "peak_rss_growth_mb": round(peak_rss_mb() - before, 1)}
+           "peak_rss_before_mb": round(before, 1), "peak_rss_growth_mb": round(peak_rss_mb() - before, 1), **machine()}
     if not args.keep:
         path.unlink()
     print(json.dumps(out, indent=2))

@@ -4,7 +4,8 @@
         --copy-to experiments/results/locomo_dev
 
 Rows follow --order; each cell is `recall_all@10 / recall_all@2000tok`. With --copy-to, each
-run's metrics.json is copied to <dir>/<memory>/metrics.json, the files the README cites.
+run's metrics.json and config.yaml are copied to <dir>/<memory>/, the files the README's tables
+are regenerated from (`make results`, experiments/published.py).
 """
 from __future__ import annotations
 
@@ -23,6 +24,17 @@ def cell(block: dict) -> str:
     return f"{block['recall_all@10']:.3f} / {block['recall_all@2000tok']:.3f}"
 
 
+def recall_table(metrics: dict[str, dict], order=ORDER) -> str:
+    """Markdown rows for the memories of ``order`` that ``metrics`` (memory -> metrics.json) holds."""
+    lines = ["| memory | overall @10 / @2000tok | " + " | ".join(CATEGORIES) + " | retrieval ms p50 |",
+             "| --- " * (len(CATEGORIES) + 3) + "|"]
+    for name in [m for m in order if m in metrics]:
+        m = metrics[name]
+        cells = [cell(m["overall"])] + [cell(m["by_category"][c]) for c in CATEGORIES]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {m['overall']['retrieval_ms_p50']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", type=Path)
@@ -30,15 +42,11 @@ def main(argv=None) -> None:
     ap.add_argument("--copy-to", type=Path)
     args = ap.parse_args(argv)
     runs = {r["metrics"]["memory"]: r for r in load_runs(args.runs)}
-    print("| memory | overall @10 / @2000tok | " + " | ".join(CATEGORIES) + " | retrieval ms p50 |")
-    print("| --- " * (len(CATEGORIES) + 3) + "|")
-    for name in [m for m in args.order if m in runs]:
-        m = runs[name]["metrics"]
-        cells = [cell(m["overall"])] + [cell(m["by_category"][c]) for c in CATEGORIES]
-        print(f"| {name} | " + " | ".join(cells) + f" | {m['overall']['retrieval_ms_p50']:.1f} |")
+    print(recall_table({name: run["metrics"] for name, run in runs.items()}, args.order), end="")
     for name, run in runs.items() if args.copy_to else ():
         (args.copy_to / name).mkdir(parents=True, exist_ok=True)
-        shutil.copy(run["folder"] / "metrics.json", args.copy_to / name / "metrics.json")
+        for file in ("metrics.json", "config.yaml"):
+            shutil.copy(run["folder"] / file, args.copy_to / name / file)
 
 
 if __name__ == "__main__":
