@@ -14,6 +14,15 @@ def withDevices(fn):
     return pytest.mark.parametrize("device", DEVICES)(fn)
 
 
+def assert_no_run(out) -> None:
+    """A refused magma-run left nothing of a run in ``out``: at most what Hydra writes before the
+    app starts (its composed config in .hydra/ and its log, there because out_dir is the run dir)."""
+    from pathlib import Path
+
+    out = Path(out)
+    assert not out.exists() or {p.name for p in out.iterdir()} <= {".hydra", "runner.log"}, sorted(out.iterdir())
+
+
 def is_acyclic(edges) -> bool:
     """Whether directed (src, dst, ...) edges form a DAG."""
     ts = TopologicalSorter()
