@@ -21,8 +21,9 @@ from magma_torch.explain import screenshot as screenshot_module
 from magma_torch.explain.graph_svg import ANCHOR_FILL, RELATION_COLOURS, graph_svg
 from magma_torch.explain.html_view import END_RULE, render_html
 from magma_torch.explain.printable import printable
-from magma_torch.explain.screenshot import BOTTOM_PX, ScreenshotError, find_browser, screenshot
+from magma_torch.explain.screenshot import BOTTOM_PX, ScreenshotError, screenshot
 from magma_torch.explain.subgraph import entity_names
+from magma_torch.testing import with_browser
 from magma_torch.query.intent import INTENTS
 from magma_torch.explain.terminal import format_text
 from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievalConfig, RetrievedNode, Retrieval
@@ -108,8 +109,7 @@ def rgb(colour: str) -> tuple[int, int, int]:
     return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
 
 
-@pytest.mark.skipif(find_browser() is None,
-                    reason="no chromium on PATH (`make test` installs Debian's chromium; apt failed or not root)")
+@with_browser()
 def test_png_is_the_whole_rendered_page(saved, tmp_path):
     path, _ = saved
     png, html = tmp_path / "view.png", tmp_path / "view.html"
