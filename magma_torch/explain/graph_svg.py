@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from magma_torch.explain.printable import printable
+from magma_torch.explain.printable import escaped, printable
 from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref
 from magma_torch.explain.terminal import describe_reason
 
@@ -84,10 +84,6 @@ def _el(tag: str, inner: str = "", **attrs) -> str:
     return f"<{tag}{a}>{inner}</{tag}>"
 
 
-def _e(text: str) -> str:
-    return html.escape(printable(text), quote=True)
-
-
 def _edge(ex: Explanation, n: ShownNode, pos) -> str:
     e = n.reached_by
     kind, name = ex.hop(e.relation)
@@ -98,10 +94,10 @@ def _edge(ex: Explanation, n: ShownNode, pos) -> str:
                 fill="none", stroke=c, stroke_width=2, marker_end=f"url(#arrow-{kind})")
     # An entity hop is named next to its arrowhead (edges from one anchor fan out there, so names do
     # not overlap); an episode hop is not: its start time is the date under the event it reaches.
-    label = _el("text", _e(name), x=f"{x2:.1f}", y=f"{y2 - 12:.1f}", font_size=11, text_anchor="middle", fill=c,
+    label = _el("text", escaped(name), x=f"{x2:.1f}", y=f"{y2 - 12:.1f}", font_size=11, text_anchor="middle", fill=c,
                 stroke="#fff", stroke_width=3, paint_order="stroke") if kind == "entity" and name else ""
     what = f"{kind} {name}" if name else kind
-    return _el("g", _el("title", _e(f"{what} edge, score {e.score:.3f}")) + curve + label)
+    return _el("g", _el("title", escaped(f"{what} edge, score {e.score:.3f}")) + curve + label)
 
 
 def _node(ex: Explanation, n: ShownNode, pos, bottom: float, link: bool) -> str:
@@ -116,7 +112,7 @@ def _node(ex: Explanation, n: ShownNode, pos, bottom: float, link: bool) -> str:
                 + _el("circle", cx=x, cy=y, r=RADIUS, fill=ANCHOR_FILL if n.anchor_rank is not None else EVENT_FILL,
                       **ring)
                 + _el("text", str(n.rank), x=x, y=y + 4, font_size=11, font_weight=600, text_anchor="middle")
-                + _el("text", _e(label), x=x, y=bottom + 10, font_size=11, fill="#445",
+                + _el("text", escaped(label), x=x, y=bottom + 10, font_size=11, fill="#445",
                       transform=f"rotate(50 {x:.1f} {bottom + 10:.1f})"))
     return _el("a", inner, href=f"#ev-{n.node.id}") if link else inner
 

@@ -12,7 +12,7 @@ import html
 from dataclasses import dataclass
 
 from magma_torch.explain.graph_svg import RING_NOTE, colour, drawn_relations, graph_svg
-from magma_torch.explain.printable import printable
+from magma_torch.explain.printable import escaped, printable
 from magma_torch.explain.subgraph import Explanation, event_ref
 from magma_torch.explain.terminal import describe_reason
 
@@ -50,13 +50,13 @@ class Page:
 def render_html(ex: Explanation) -> Page:
     graph = graph_svg(ex)
     r = ex.retrieval
-    body = [f"<h1>magma-explain: why these events were retrieved</h1><p class=q>{_e(r.question)}</p>",
+    body = [f"<h1>magma-explain: why these events were retrieved</h1><p class=q>{escaped(r.question)}</p>",
             _meta(ex), graph.svg, _legend(ex), _anchor_table(ex), _node_table(ex),
             f"<h2>Context given to the reader ({r.context_tokens} tokens)</h2>"
             f"<pre>{html.escape(printable(r.context, keep_newlines=True))}</pre><footer></footer>"]
     doc = ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
            "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-           f"<title>magma-explain: {_e(r.question[:80])}</title><style>{STYLE}</style></head>"
+           f"<title>magma-explain: {escaped(r.question[:80])}</title><style>{STYLE}</style></head>"
            f"<body>{''.join(body)}</body></html>\n")
     width = max(MIN_WIDTH, graph.width + 60)
     per_line = max(1, int((width - 80) / CONTEXT_CHAR_PX))
@@ -64,10 +64,6 @@ def render_html(ex: Explanation) -> Page:
     height = (HEADER_PX + graph.height + HEADINGS_PX + TABLE_ROW_PX * (len(ex.anchors) + len(ex.nodes) + 2)
               + CONTEXT_LINE_PX * context_lines)
     return Page(doc, width, int(height))
-
-
-def _e(text: str) -> str:
-    return html.escape(printable(text), quote=True)
 
 
 def _meta(ex: Explanation) -> str:
@@ -97,8 +93,8 @@ def _anchor_table(ex: Explanation) -> str:
     for i, a in enumerate(ex.anchors, 1):
         node = by_id[a.id]
         ranks = "".join(f"<td class=num>{a.ranks.get(s, '–')}</td>" for s in ex.signals)
-        rows.append(f"<tr><td class=num>{i}</td><td>{_e(event_ref(node))}</td><td class=num>{a.rrf:.4f}</td>"
-                    f"{ranks}<td class=text>{_e(node.text)}</td></tr>")
+        rows.append(f"<tr><td class=num>{i}</td><td>{escaped(event_ref(node))}</td><td class=num>{a.rrf:.4f}</td>"
+                    f"{ranks}<td class=text>{escaped(node.text)}</td></tr>")
     more = len(r.anchors) - len(ex.anchors)
     return (f"<h2>Anchors: reciprocal-rank fusion (rank in each ranking; – = not ranked)"
             f"{f', {more} more not shown' if more > 0 else ''}</h2><table><tr><th>#</th><th>event</th>"
@@ -110,8 +106,8 @@ def _node_table(ex: Explanation) -> str:
     for n in ex.nodes:
         who = f"{n.node.speaker}: " if n.node.speaker else ""
         rows.append(f"<tr id=ev-{n.node.id}{'' if n.in_context else ' class=out'}><td class=num>{n.rank}</td>"
-                    f"<td>{_e(event_ref(n.node))}</td><td>{n.node.timestamp:%Y-%m-%d %H:%M}</td>"
+                    f"<td>{escaped(event_ref(n.node))}</td><td>{n.node.timestamp:%Y-%m-%d %H:%M}</td>"
                     f"<td class=num>{n.node.score:.3f}</td><td>{'yes' if n.in_context else 'no'}</td>"
-                    f"<td>{_e(describe_reason(ex, n))}</td><td class=text>{_e(who + n.node.text)}</td></tr>")
+                    f"<td>{escaped(describe_reason(ex, n))}</td><td class=text>{escaped(who + n.node.text)}</td></tr>")
     return ("<h2>Retrieved events by salience</h2><table><tr><th>rank</th><th>event</th><th>time</th>"
             f"<th>score</th><th>in context</th><th>retrieved as</th><th>text</th></tr>{''.join(rows)}</table>")
