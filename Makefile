@@ -70,20 +70,23 @@ run: install
 	$(BIN)/magma-run $(ARGS)
 
 # Idempotent: nothing to do when a chromium is on PATH. Where apt cannot install it, the PNG
-# test skips and says why.
+# test fails under `make test` (MAGMA_REQUIRE_ALL=1) and skips, saying why, under plain pytest.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  { echo "installing $(BROWSER_PKGS) with apt (about 1 min, once)" && apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PKGS) >/dev/null; } || \
-	  echo "could not install chromium: tests/test_explain.py skips its PNG check"
+	  echo "could not install chromium: tests/test_explain.py's PNG check cannot run"
 
 # A real one-node Slurm (Debian slurm-wlm) for tests/test_slurm.py: about 10 s to install once,
-# instant when it is already up. Where it cannot be installed (no root/apt) those tests skip.
+# instant when it is already up. Where it cannot be installed (no root/apt) those tests fail under
+# `make test` and skip under plain pytest.
 slurm-local:
-	@bash slurm/local_cluster.sh start || echo "make: no local Slurm cluster (above): tests/test_slurm.py will skip"
+	@bash slurm/local_cluster.sh start || echo "make: no local Slurm cluster (above): tests/test_slurm.py cannot run"
 
+# MAGMA_REQUIRE_ALL=1: a test that needs what the targets above provide fails instead of skipping
+# (magma_torch/testing.py); only CUDA and the unshipped LoCoMo data may still skip.
 test: install vllm-env browser slurm-local
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	MAGMA_REQUIRE_ALL=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The tables of README.md, BENCHMARKS.md and experiments/results/ written again from the committed
 # result files (metrics.json, bench JSON); reads files only, runs no experiment (seconds).

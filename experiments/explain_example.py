@@ -1,5 +1,6 @@
-"""Regenerate docs/explain_example.png: the first demo conversation saved as a memory, then
-one question explained by magma-explain (terminal text on stdout, HTML and PNG written).
+"""Regenerate docs/explain_example.png and docs/explain_graph.svg: the first demo conversation
+saved as a memory, then one question explained by magma-explain (terminal text on stdout, the
+HTML page, its PNG and the graph alone as an SVG figure written).
 
     python experiments/explain_example.py --out runs/explain_example
 """
@@ -20,6 +21,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/explain_example"), help="memory and HTML go here")
     ap.add_argument("--png", type=Path, default=Path("docs/explain_example.png"))
+    ap.add_argument("--svg", type=Path, default=Path("docs/explain_graph.svg"))
     ap.add_argument("--question", default=QUESTION)
     ap.add_argument("--date", default=ASKED_AT)
     args = ap.parse_args()
@@ -28,7 +30,7 @@ def main() -> None:
         mem.consolidate()
         mem.save(args.out / "memory")
     magma_explain([str(args.out / "memory"), args.question, "--date", args.date,
-                   "--html", str(args.out / "explain.html"), "--png", str(args.png)])
+                   "--html", str(args.out / "explain.html"), "--png", str(args.png), "--svg", str(args.svg)])
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from magma_torch.eval.metrics import retrieval_ms  # noqa: E402
+
 ABLATIONS = ("magma_no_traversal", "magma_no_episode", "magma_no_entity", "magma_no_causal", "magma_no_policy",
              "magma_no_temporal")
 LOCOMO_ORDER = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial")
@@ -54,7 +56,9 @@ def load_runs(paths: list[Path]) -> list[dict]:
     runs: dict[tuple[str, str], dict] = {}
     for folder in find_runs(paths):
         metrics = json.loads((folder / "metrics.json").read_text())
-        cfg = OmegaConf.load(folder / "config.yaml")
+        # metrics.json copied out of its run folder (experiments/results/locomo_dev) has no config:
+        # it is one run per memory already
+        cfg = OmegaConf.load(folder / "config.yaml") if (folder / "config.yaml").is_file() else OmegaConf.create()
         same = {k: OmegaConf.to_container(cfg[k]) for k in SAME_RUN_KEYS if k in cfg}
         key = (metrics["dataset"], metrics["memory"])
         if key in runs:
@@ -131,7 +135,7 @@ def category_chart(runs: list[dict], metric: str, cats: list[str], title: str, p
 
 def cost_table(runs: list[dict]) -> str:
     head = ["dataset", "memory", "questions", "build s (fast path + consolidation)", "build LLM tokens",
-            "context tokens / query", "reader tokens / query", "retrieval ms p50 / p95"]
+            "context tokens / query", "reader tokens / query", "retrieval ms / question"]
     lines = ["### Table 3: cost", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in sorted(runs, key=lambda r: (r["metrics"]["dataset"], r["metrics"]["memory"])):
         m, b, o = r["metrics"], r["metrics"]["build"], r["metrics"]["overall"]
@@ -140,7 +144,7 @@ def cost_table(runs: list[dict]) -> str:
         lines.append(f"| {m['dataset']} | {m['memory']} | {m['n_questions']} | "
                      f"{b['fast_path_s']:.1f} + {b['consolidation_s']:.1f} | {b.get('llm_tokens', 0)} | "
                      f"{o['context_tokens_mean']:.0f} | {reader_tokens} | "
-                     f"{o['retrieval_ms_p50']:.1f} / {o['retrieval_ms_p95']:.1f} |")
+                     f"{retrieval_ms(o):.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -149,7 +153,7 @@ def cost_chart(runs: list[dict], path: Path) -> None:
     labels = [f"{r['metrics']['memory']}\n{r['metrics']['dataset']}" for r in runs]
     panels = [("build s", lambda m: m["build"]["fast_path_s"] + m["build"]["consolidation_s"]),
               ("context tokens / query", lambda m: m["overall"]["context_tokens_mean"]),
-              ("retrieval ms p50", lambda m: m["overall"]["retrieval_ms_p50"])]
+              ("retrieval ms / question", lambda m: retrieval_ms(m["overall"]))]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 0.45 * len(runs) + 1.5))
     for ax, (name, value) in zip(axes, panels):
         ax.barh(range(len(runs)), [value(r["metrics"]) for r in runs])

@@ -1,17 +1,105 @@
-"""Test decorators in the style of PyG's ``withCUDA``: GPU cases skip cleanly without CUDA."""
+"""Test helpers, and the one place where tests declare what they need (in the style of PyG's
+``withPackage`` / ``withCUDA``).
+
+Two kinds of need:
+- what the project's own set-up provides (``make test``: the extras, chromium, a local Slurm,
+  .venv-vllm): ``with_package``, ``with_browser``, ``with_file`` and, inside a test or fixture,
+  ``unavailable``. Without it the test skips, saying what provides it; under
+  ``MAGMA_REQUIRE_ALL=1``, which ``make test`` sets, it fails instead, because the set-up
+  should have provided it;
+- what no set-up can give this machine: ``with_cuda`` (a GPU) and ``with_dataset`` (data that
+  is not shipped). These always skip, and their reason says the skip is expected.
+
+This module is also a pytest plugin (tests/conftest.py loads it): it turns the failing marks
+into failures at set-up.
+"""
+import importlib.util
+import os
+import shutil
 from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
 
 import pytest
 import torch
 
+REQUIRE_ALL = "MAGMA_REQUIRE_ALL"     # set to 1 by `make test`
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
-onlyCUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+with_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (expected on a CPU-only machine)")
 
 
-def withDevices(fn):
+def with_devices(fn):
     """Run the test once per available device, passed as the ``device`` argument."""
     return pytest.mark.parametrize("device", DEVICES)(fn)
+
+
+def required() -> bool:
+    """Whether a missing requirement of the project's set-up fails the test (``MAGMA_REQUIRE_ALL=1``)."""
+    return os.environ.get(REQUIRE_ALL) == "1"
+
+
+def _missing_reason(reason: str) -> str:
+    return f"{reason} [{REQUIRE_ALL}=1: the set-up should have provided it]" if required() else reason
+
+
+def unavailable(reason: str):
+    """Inside a test or fixture: skip for a missing requirement of the set-up, or fail under
+    ``MAGMA_REQUIRE_ALL=1``."""
+    if required():
+        pytest.fail(_missing_reason(reason), pytrace=False)
+    pytest.skip(reason)
+
+
+def needs(missing: bool, reason: str) -> pytest.MarkDecorator:
+    """A mark for a requirement of the set-up: nothing when present; else skip, or fail under
+    ``MAGMA_REQUIRE_ALL=1``."""
+    if missing and required():
+        return pytest.mark.magma_missing(_missing_reason(reason))
+    return pytest.mark.skipif(missing, reason=reason)
+
+
+def with_package(*modules: str, extra: str) -> pytest.MarkDecorator:
+    """Needs importable ``modules``, which the project's ``extra`` (installed by ``make install``) provides."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    return needs(bool(missing), f"needs {', '.join(missing)}: the `{extra}` extra (make install adds it)")
+
+
+def with_browser() -> pytest.MarkDecorator:
+    """Needs headless chromium on PATH (``make browser``, run by ``make test``)."""
+    from magma_torch.explain.screenshot import BROWSERS   # lazy: only explain's tests need it
+
+    missing = not any(shutil.which(b) for b in BROWSERS)
+    return needs(missing, "needs chromium on PATH (`make browser` installs Debian's chromium; make test runs it)")
+
+
+def with_file(path: Path, made_by: str) -> pytest.MarkDecorator:
+    """Needs ``path``, which the make target ``made_by`` creates."""
+    return needs(not Path(path).exists(), f"{path} is absent: `{made_by}` creates it (make test runs it)")
+
+
+def with_dataset(path: Path) -> pytest.MarkDecorator:
+    """Needs a data file that is not shipped (licence): always a skip, never a failure."""
+    return pytest.mark.skipif(not Path(path).exists(),
+                              reason=f"{path} not found: the data is not shipped (expected without it)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "magma_missing(reason): fails the test: a requirement the set-up "
+                                       "provides is missing under MAGMA_REQUIRE_ALL=1")
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("magma_missing"):
+        pytest.fail(mark.args[0], pytrace=False)
+
+
+def assert_no_run(out) -> None:
+    """A refused magma-run left nothing of a run in ``out``: at most what Hydra writes before the
+    app starts (its composed config in .hydra/ and its log, there because out_dir is the run dir)."""
+    from pathlib import Path
+
+    out = Path(out)
+    assert not out.exists() or {p.name for p in out.iterdir()} <= {".hydra", "runner.log"}, sorted(out.iterdir())
 
 
 def is_acyclic(edges) -> bool:

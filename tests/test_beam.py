@@ -6,7 +6,7 @@ from magma_torch.query.beam import BeamConfig, beam_search, relation_weights
 from magma_torch.query.reference import adjacency_lists, reference_beam_search
 from magma_torch.query.similarity import Similarity, SimilarityConfig
 from magma_torch.store.graph import REL_ID, RELATIONS, MultiGraph
-from magma_torch.testing import onlyCUDA
+from magma_torch.testing import with_cuda
 
 INTENTS = ("WHY", "WHEN", "ENTITY")
 
@@ -104,7 +104,7 @@ def test_budget_drop_and_isolated_anchor():
         assert set(got) == set(ref) and len(got) <= 2
 
 
-@onlyCUDA
+@with_cuda
 def test_cuda_search_equals_cpu_search():
     cfg = BeamConfig(max_depth=4, beam_width=6, max_nodes=50, drop_threshold=-0.5)
     graph, _, emb = random_graph(11, 400, 20, 2000)

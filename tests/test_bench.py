@@ -133,6 +133,27 @@ def test_magma_bench_writes_every_contract_key(tmp_path):
     assert math.isfinite(record["bytes_per_event"]) and record["retrieval_qps"] > 0
 
 
+def test_magma_bench_prints_json_then_a_summary_and_takes_the_extra_query_counts(capsys):
+    main(["--events", "600", "--queries", "16", "--batch", "8", "--threads", "1", "--single-queries", "3",
+          "--reference-queries", "0"])
+    out, err = capsys.readouterr()
+    record = json.loads(out)                               # stdout is the JSON record alone
+    assert record["single_queries"] == 3 and record["reference_queries"] == 0
+    assert record["agreement_with_reference"] is None and record["reference_qps"] is None   # not measured
+    assert "measure 600 events" in err                    # the progress bar, on stderr
+    summary = err[err.index("magma-bench: 600 events"):].splitlines()
+    assert summary[0].startswith(f"magma-bench: 600 events, {record['edges']:,} edges on cpu")
+    assert f"p50 {record['retrieval_ms_p50']:.2f} ms" in summary[3] and "over 3 questions" in summary[3]
+    assert "agreement – over 0 questions" in summary[4]
+    main(["--events", "600", "--queries", "8", "--batch", "8", "--threads", "1", "--single-queries", "2",
+          "--reference-queries", "2", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert "measure" not in err and json.loads(out)["agreement_with_reference"] is not None
+    with pytest.raises(SystemExit):
+        main(["--events", "600", "--single-queries", "0"])
+    assert "--single-queries must be at least 1" in capsys.readouterr().err
+
+
 def test_gpu_script_runs_without_faiss_hydra_or_text_stack(tmp_path):
     """experiments/gpu_bench.py on CPU, with the packages a bare torch + PyG node lacks hidden."""
     hidden = ["faiss", "hydra", "wandb", "bm25s", "Stemmer", "dateparser", "sentence_transformers", "matplotlib",

@@ -18,6 +18,7 @@ from magma_torch.eval.datasets import (
     load_locomo,
 )
 from magma_torch.eval.datasets import locomo as locomo_module
+from magma_torch.testing import with_dataset
 
 DEV_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo" / "locomo10_dev.json"
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -67,11 +68,10 @@ def _qa(evidence, category: int = 4, **extra) -> dict:
 
 @pytest.fixture(scope="module")
 def dev() -> tuple[list[Sample], list]:
-    if not DEV_FILE.exists():
-        pytest.skip(f"LoCoMo dev split not found at {DEV_FILE}")
     return load_locomo(DEV_FILE), json.loads(DEV_FILE.read_text(encoding="utf-8"))
 
 
+@with_dataset(DEV_FILE)
 def test_dev_counts(dev):
     samples, _ = dev
     assert [s.sample_id for s in samples] == ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43"]
@@ -80,6 +80,7 @@ def test_dev_counts(dev):
     assert sum(len(s.questions) for s in samples) == 999
 
 
+@with_dataset(DEV_FILE)
 def test_dev_evidence_exists_and_categories_map(dev):
     samples, raw = dev
     for sample, raw_sample in zip(samples, raw):
@@ -90,6 +91,7 @@ def test_dev_evidence_exists_and_categories_map(dev):
             assert q.query_time == sample.turns[-1].timestamp
 
 
+@with_dataset(DEV_FILE)
 def test_dev_quirks(dev, caplog):
     samples, _ = dev
     by_id = {s.sample_id: s for s in samples}
@@ -105,9 +107,8 @@ def test_dev_quirks(dev, caplog):
     assert len(captions) == 602  # every turn with a blip_caption, with or without img_url
 
 
+@with_dataset(DEV_FILE)
 def test_dev_never_reads_gold_annotations(monkeypatch):
-    if not DEV_FILE.exists():
-        pytest.skip(f"LoCoMo dev split not found at {DEV_FILE}")
     _guard_json(monkeypatch)
     assert len(load_locomo(DEV_FILE)) == 5
 

@@ -3,6 +3,7 @@ text, a self-contained HTML page whose event text is data, and a PNG rendered by
 import hashlib
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,9 +18,12 @@ from magma_torch.eval.runner import records
 from magma_torch.explain import explain
 from magma_torch.explain.cli import main
 from magma_torch.explain import screenshot as screenshot_module
-from magma_torch.explain.html_view import ANCHOR_FILL
+from magma_torch.explain.graph_svg import ANCHOR_FILL, RELATION_COLOURS, graph_svg
+from magma_torch.explain.html_view import END_RULE, render_html
 from magma_torch.explain.printable import printable
-from magma_torch.explain.screenshot import ScreenshotError, find_browser, screenshot
+from magma_torch.explain.screenshot import BOTTOM_PX, ScreenshotError, screenshot
+from magma_torch.explain.subgraph import entity_names
+from magma_torch.testing import with_browser
 from magma_torch.query.intent import INTENTS
 from magma_torch.explain.terminal import format_text
 from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievalConfig, RetrievedNode, Retrieval
@@ -101,24 +105,73 @@ def test_html_is_self_contained_and_shows_event_markup_as_text(explained):
     assert page.count("<circle") >= 10 and "marker-end" in page
 
 
-@pytest.mark.skipif(find_browser() is None,
-                    reason="no chromium on PATH (`make test` installs Debian's chromium; apt failed or not root)")
-def test_png_is_a_rendered_subgraph(saved, tmp_path):
+def rgb(colour: str) -> tuple[int, int, int]:
+    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+
+
+@with_browser()
+def test_png_is_the_whole_rendered_page(saved, tmp_path):
     path, _ = saved
-    png = tmp_path / "view.png"
-    done = magma_explain(path, QUESTION, "--png", png)
+    png, html = tmp_path / "view.png", tmp_path / "view.html"
+    done = magma_explain(path, QUESTION, "--png", png, "--html", html)
     assert done.returncode == 0, done.stderr
     with Image.open(png) as img:
         assert img.format == "PNG"
-        rgb = img.convert("RGB")
-    w, h = rgb.size
+        shot = img.convert("RGB")
+    w, h = shot.size
     assert w >= 1000 and h >= 600
-    colours = rgb.getcolors(maxcolors=w * h)
+    colours = shot.getcolors(maxcolors=w * h)
     assert len(colours) > 200, "anti-aliased text and a coloured graph have many colours"
     white = max(count for count, c in colours if c == (255, 255, 255))
     assert white < 0.95 * w * h, "not a blank page"
-    gold = tuple(int(ANCHOR_FILL[i:i + 2], 16) for i in (1, 3, 5))
-    assert sum(count for count, c in colours if c == gold) > 2000, "anchor nodes of the graph are drawn"
+    assert sum(count for count, c in colours if c == rgb(ANCHOR_FILL)) > 2000, "anchor nodes of the graph are drawn"
+    # the whole page: its closing rule, below the context block, ends the picture
+    rule = [y for y in range(h) if shot.getpixel((40, y)) == rgb(END_RULE)]
+    assert rule and rule[-1] == h - 1 - BOTTOM_PX
+    assert shot.getpixel((40, rule[0] - 20)) == rgb("#f6f7f9"), "the context block sits just above the rule"
+    # a first window far too short grows until the page ends: the same picture
+    again = tmp_path / "short.png"
+    screenshot(html, again, w, 200)
+    with Image.open(again) as img:
+        assert img.size == (w, h)
+
+
+def test_svg_figure_stands_alone_and_names_entities_as_written(saved, tmp_path):
+    """--svg: a complete SVG file (XML, its own legend, no links into a page); entity hops are named
+    as the memory's text wrote the entity, not by its key."""
+    path, _ = saved
+    svg = tmp_path / "graph.svg"
+    done = magma_explain(path, QUESTION, "--svg", svg)
+    assert done.returncode == 0, done.stderr
+    text = svg.read_text(encoding="utf-8")
+    root = ET.fromstring(text.split("\n", 1)[1])             # after the XML declaration: well-formed
+    assert text.startswith('<?xml version="1.0"') and root.tag.endswith("svg") and root.get("viewBox")
+    assert "<a " not in text and "<script" not in text.lower() and "salience rank" in text
+    assert text.count("<circle") >= 10
+    with MagmaMemory.load(path) as mem:
+        key = next(k for k, s in zip(mem.store.entities.names, mem.store.entities.surfaces) if s.lower() != k)
+        surface = mem.store.entities.surfaces[mem.store.entity_id(key)]
+        r = Retrieval("q", "ENTITY", None, [Anchor(0, 0.03, {"vector": 1})], [_node(0), _node(1)],
+                      [PathEdge(0, 1, f"entity:{key}", 5.0)], "ctx", 1, [0, 1], 1.0)
+        names = entity_names(mem.store, r)
+    assert names == {key: surface}
+    ex = explain(r, top=2, expansions=1, entity_names=names)
+    text, page = format_text(ex), render_html(ex).html
+    assert f"via entity {surface} from D:0" in text and f"--entity [{surface}]--> D:1" in text
+    assert f">{surface}</text>" in graph_svg(ex).svg and f"entity:{key}" not in page
+
+
+def test_legend_lists_the_drawn_edge_types_only():
+    paths = [PathEdge(0, 2, "entity:ana", 5.0), PathEdge(2, 3, "temporal", 4.0)]
+    r = Retrieval("q", "ENTITY", None, [Anchor(0, 0.03, {"vector": 1})], [_node(i) for i in range(4)], paths,
+                  "ctx", 1, [0, 2], 1.0)
+    ex = explain(r, top=1, expansions=2)
+    page, figure = render_html(ex).html, graph_svg(ex, standalone=True).svg
+    for drawn in (page, figure):
+        assert [k for k in RELATION_COLOURS if f"{k} edge<" in drawn] == ["temporal", "entity"]
+    alone = explain(Retrieval("q", "WHY", None, [Anchor(0, 0.03, {"vector": 1})], [_node(0)], [], "ctx", 1, [0],
+                              1.0), top=1, expansions=0)
+    assert not any(f"{k} edge<" in render_html(alone).html for k in RELATION_COLOURS)
 
 
 def test_printable_escapes_active_characters_only():

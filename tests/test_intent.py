@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.train_intent import (default_data_path, embed, load_config, load_encoder, load_questions,
                                             stratified_split, train)
-from magma_torch.testing import withDevices
+from magma_torch.testing import with_dataset, with_devices
 
 # Hand-written for this test: names and phrasings that the shipped question set does not use.
 HELD_OUT = {
@@ -185,17 +185,17 @@ def test_validation_holds_whole_templates_aside():
 def _eval_dev():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "intent"))
     import eval_dev
-    if not eval_dev.DEV.exists():
-        pytest.skip(f"LoCoMo dev split not found at {eval_dev.DEV}")
     return eval_dev
 
 
+@with_dataset(_eval_dev().DEV)
 def test_training_set_holds_no_dev_question():
     eval_dev = _eval_dev()
     shipped = {json.loads(line)["question"].lower() for line in default_data_path().read_text().splitlines()}
     assert not shipped & {r["question"].lower() for r in eval_dev.dev_questions(eval_dev.DEV)}
 
 
+@with_dataset(_eval_dev().DEV)
 def test_dev_routing(encoder):
     eval_dev = _eval_dev()
     res = eval_dev.evaluate(encoder=encoder)
@@ -205,7 +205,7 @@ def test_dev_routing(encoder):
     assert res["other100"]["n"] == 100 and res["other100"]["routed"] >= 85, res["other100"]["misses"]
 
 
-@withDevices
+@with_devices
 def test_predict_is_batched_on_input_device(encoder, clf, device):
     x = embed(["Why did Ana move?", "When did Ana move?", "Where did Ana move?", "Who helped Ana move?"], encoder)
     x = x.to(device)

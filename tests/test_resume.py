@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from magma_torch.eval.run_folder import RunFolder, RunFolderError
 
 RUN = [sys.executable, "-m", "magma_torch.eval.runner", "dataset=demo", "memory=magma", "progress=false"]
-TIMING = {"retrieval_ms_p50", "retrieval_ms_p95", "fast_path_s", "consolidation_s"}
+TIMING = {"retrieval_ms_per_question_batch_mean", "fast_path_s", "consolidation_s"}
 
 
 def without_timings(d):
@@ -83,6 +83,14 @@ def test_reopen_with_another_config_is_refused(tmp_path):
     folder.open(CFG)
     folder.close()
     before = (tmp_path / "config.yaml").read_text()
-    with pytest.raises(RunFolderError, match="holds a run with another configuration"):
+    with pytest.raises(RunFolderError, match="holds a run with another configuration: memory.name: 'magma' -> 'bm25'. "
+                                             "Only out_dir, progress"):
         RunFolder(tmp_path).open(OmegaConf.merge(CFG, {"memory": {"name": "bm25"}}))
+    assert (tmp_path / "config.yaml").read_text() == before
+    # every differing setting is named, one set on one side only included; nested keys by their path
+    changed = OmegaConf.merge(CFG, {"dataset": {"name": "locomo", "path": "/data/l.json"}, "seed": 1})
+    with pytest.raises(RunFolderError) as err:
+        RunFolder(tmp_path).open(changed)
+    assert "dataset.name: 'demo' -> 'locomo'; dataset.path: (not set) -> '/data/l.json'; seed: (not set) -> 1." \
+        in str(err.value)
     assert (tmp_path / "config.yaml").read_text() == before

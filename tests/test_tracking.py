@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("wandb")
-from wandb.proto import wandb_internal_pb2  # noqa: E402
+from magma_torch.testing import with_package
+
+pytestmark = with_package("wandb", extra="wandb")
 
 FIXTURE = Path(__file__).parent / "data" / "longmemeval_fixture.json"
 RUN = [sys.executable, "-m", "magma_torch.eval.runner", "dataset=longmemeval_s", f"dataset.path={FIXTURE}",
@@ -21,6 +22,8 @@ RUN = [sys.executable, "-m", "magma_torch.eval.runner", "dataset=longmemeval_s",
 def wandb_records(path: Path) -> list:
     """The protobuf records of a .wandb file (a LevelDB-style log: 7-byte file header, then 32 KiB
     blocks of chunks with a 7-byte header: crc32, length, type FULL=1 FIRST=2 MIDDLE=3 LAST=4)."""
+    from wandb.proto import wandb_internal_pb2   # lazy: without wandb the module still collects
+
     data, block, pos, buf, out = path.read_bytes(), 32768, 7, b"", []
     assert data[:4] == b":W&B"
     while pos + 7 <= len(data):

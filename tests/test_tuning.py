@@ -10,8 +10,9 @@ from omegaconf import OmegaConf, open_dict
 
 import magma_torch.eval.overrides as overrides_module
 from magma_torch.eval.overrides import OverrideError, check_overrides
+from magma_torch.testing import with_package
 
-optuna = pytest.importorskip("optuna", reason="the `tune` extra (hydra-optuna-sweeper) is not installed")
+pytestmark = with_package("optuna", "hydra_plugins.hydra_optuna_sweeper", extra="tune")
 
 RUN = [sys.executable, "-m", "magma_torch.eval.runner"]
 TUNE = ["+experiment=tune_traversal", "dataset=demo", "dataset.limit=1"]
@@ -77,6 +78,8 @@ def test_three_trial_study_records_each_runs_recall(tmp_path):
     proc = subprocess.run(RUN + TUNE + ["progress=false", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2",
                                         f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    import optuna
+
     study = optuna.load_study(study_name="tune_traversal", storage=f"sqlite:///{sweep}/optuna.db")
     trials = study.trials
     assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)

@@ -4,13 +4,15 @@
     magma-bench --sweep --queries 1000 --batch 256       # 10^3..10^6 events: table + PNG
 
 Sizes not given on the command line come from conf/bench/default.yaml (``run`` and
-``sweep``), as do the synthetic graph and the retrieval settings.
+``sweep``), as do the synthetic graph and the retrieval settings. The JSON record goes to
+stdout (and --json); a progress bar and, after the JSON, a short summary go to stderr.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import torch
@@ -83,16 +85,36 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def sweep(cfg, queries: int, batch: int, device: str, out_dir: Path, sizes: list[int]) -> list[dict]:
+def summary(r: dict) -> str:
+    """A few lines a person reads after the JSON: sizes, throughput, latency, agreement."""
+    def num(key: str, fmt: str) -> str:
+        return "–" if r.get(key) is None or not math.isfinite(r[key]) else fmt.format(r[key])
+
+    phases = ", ".join(f"{k} {v:.3f}" for k, v in r["phase_ms_per_query"].items())
+    return "\n".join([
+        f"magma-bench: {r['events']:,} events, {r['edges']:,} edges on {r['device']} ({r['machine']})",
+        f"  ingest       {num('ingest_events_per_s', '{:,.0f}')} events/s",
+        f"  retrieval    {num('retrieval_qps', '{:,.0f}')} questions/s in batches of {r['batch']}; "
+        f"ms per question by phase: {phases}",
+        f"  batch 1      p50 {num('retrieval_ms_p50', '{:.2f}')} ms, p95 {num('retrieval_ms_p95', '{:.2f}')} ms "
+        f"over {r['single_queries']} questions (+ {num('question_embedding_ms_p50', '{:.1f}')} ms to embed one)",
+        f"  reference    agreement {num('agreement_with_reference', '{:.3f}')} over {r['reference_queries']} "
+        f"questions; {num('speedup_vs_reference', '{:,.0f}')}x its {num('reference_qps', '{:.1f}')} questions/s",
+        f"  vector_rag   {num('vector_rag_qps', '{:,.0f}')} questions/s; peak RSS {num('peak_rss_mb', '{:,.0f}')} MB"])
+
+
+def sweep(cfg, queries: int, batch: int, device: str, out_dir: Path, sizes: list[int],
+          progress: bool = True) -> list[dict]:
     """One measurement per memory size; the table, JSON and PNG are rewritten after each
     size, so a sweep cut short keeps what it measured."""
     out_dir.mkdir(parents=True, exist_ok=True)
     records = []
     for events in sizes:
-        bench = Bench.build(cfg, events, queries, device)
-        records.append(bench.measure(batch))
+        bench = Bench.build(cfg, events, queries, device, progress)
+        records.append(bench.measure(batch, progress=progress))
         del bench
         print(json.dumps(_clean(records[-1])), flush=True)
+        print(summary(records[-1]), file=sys.stderr, flush=True)
         stem = out_dir / f"sweep_{device}"
         write_json(stem.with_suffix(".json"), records)
         stem.with_suffix(".md").write_text(markdown_table(records))
@@ -105,6 +127,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--events", type=int, help="events in the synthetic memory (default: run.events)")
     ap.add_argument("--queries", type=int, help="questions timed (default: run.queries)")
     ap.add_argument("--batch", type=int, help="questions per batch (default: run.batch)")
+    ap.add_argument("--single-queries", type=int,
+                    help="questions also timed one at a time, for retrieval_ms_p50/_p95 (default: run.single_queries)")
+    ap.add_argument("--reference-queries", type=int,
+                    help="questions also run through the plain-Python reference, for agreement_with_reference "
+                         "and reference_qps; 0 skips it (default: run.reference_queries)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     ap.add_argument("--json", help="write the result record(s) here")
     ap.add_argument("--sweep", action="store_true", help="measure every size in sweep.events")
@@ -114,10 +141,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--vector-backend", choices=["auto", "faiss", "torch"],
                     help="the store's vector index, for ingest's semantic links (default: run.vector_backend)")
     ap.add_argument("--config", help="bench config file (default: the packaged conf/bench/default.yaml)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    if args.vector_backend:
-        cfg.run.vector_backend = args.vector_backend
+    for flag, minimum in (("vector_backend", None), ("single_queries", 1), ("reference_queries", 0)):
+        value = getattr(args, flag)
+        if minimum is not None and value is not None and value < minimum:
+            ap.error(f"--{flag.replace('_', '-')} must be at least {minimum}, got {value}")
+        if value is not None:
+            cfg.run[flag] = value
     threads = args.threads or cfg.run.threads
     if threads:
         torch.set_num_threads(threads)
@@ -126,14 +158,18 @@ def main(argv: list[str] | None = None) -> None:
     for name, value in (("--queries", queries), ("--batch", batch), ("--events", args.events or 1)):
         if value < 1:
             ap.error(f"{name} must be at least 1, got {value}")
+    progress = not args.no_progress
     if args.sweep:
         sizes = args.sweep_events or list(cfg.sweep.events)
-        out = sweep(cfg, queries, batch, args.device, Path(args.out_dir or cfg.sweep.out_dir), sizes)
+        out = sweep(cfg, queries, batch, args.device, Path(args.out_dir or cfg.sweep.out_dir), sizes, progress)
     else:
-        out = Bench.build(cfg, args.events or cfg.run.events, queries, args.device).measure(batch)
-        print(json.dumps(_clean(out), indent=2))
+        bench = Bench.build(cfg, args.events or cfg.run.events, queries, args.device, progress)
+        out = bench.measure(batch, progress=progress)
+        print(json.dumps(_clean(out), indent=2), flush=True)
     if args.json:
         write_json(args.json, out)
+    if not args.sweep:   # (a sweep summarised each size as it went)
+        print(summary(out) + (f"\n  JSON         {args.json}" if args.json else ""), file=sys.stderr)
 
 
 if __name__ == "__main__":

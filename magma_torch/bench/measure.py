@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import platform
 import resource
+import sys
 import time
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import torch
+from tqdm import tqdm
 
 from magma_torch.bench.reference import RowLists, reference_graph
 from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
@@ -68,9 +70,14 @@ def _by_new_endpoint(column: torch.Tensor, lo: int, hi: int) -> slice:
     return slice(a, b)
 
 
-def ingest(mem, cfg, device: torch.device) -> tuple[MemoryStore, dict]:
-    """Bulk-add the synthetic memory in batches of ``run.ingest_batch`` events; the
-    first snapshot (the CSR merge) is part of ingest."""
+def progress_bar(on: bool, total: int, desc: str, unit: str) -> tqdm:
+    """A bar on stderr (stdout carries the JSON record), gone when done: the summary follows."""
+    return tqdm(total=total, desc=desc, unit=unit, disable=not on, file=sys.stderr, leave=False)
+
+
+def ingest(mem, cfg, device: torch.device, tick=lambda n: None) -> tuple[MemoryStore, dict]:
+    """Bulk-add the synthetic memory in batches of ``run.ingest_batch`` events (``tick(n)`` after
+    each, outside the timed part); the first snapshot (the CSR merge) is part of ingest."""
     store = MemoryStore(mem.embeddings.shape[1], device, cfg.run.vector_backend, chain_span=cfg.chain_span,
                         scan_dtype=cfg.scan_dtype)
     n, batch = mem.num_events, cfg.run.ingest_batch
@@ -99,6 +106,7 @@ def ingest(mem, cfg, device: torch.device) -> tuple[MemoryStore, dict]:
         elapsed += time.perf_counter() - t
         event_bytes += mid - before
         edge_bytes += _memory_now(device) - mid
+        tick(hi - lo)
     before = _memory_now(device)
     t = time.perf_counter()
     snap = store.snapshot()
@@ -154,9 +162,10 @@ def _percentile(values: list[float], p: float) -> float:
     return float(np.percentile(np.asarray(values), p)) if values else math.nan
 
 
-def _timed_batches(fn, q: torch.Tensor, windows: list, batch: int, device: torch.device, keep=None):
+def _timed_batches(fn, q: torch.Tensor, windows: list, batch: int, device: torch.device, keep=None,
+                   tick=lambda n: None):
     """Run ``fn`` over q in batches; per-batch seconds, and fn's outputs for batches
-    ``keep`` says to keep (by start index)."""
+    ``keep`` says to keep (by start index). ``tick(questions)`` after each batch, untimed."""
     times, kept = [], {}
     for a in range(0, q.shape[0], batch):
         _sync(device)
@@ -166,6 +175,7 @@ def _timed_batches(fn, q: torch.Tensor, windows: list, batch: int, device: torch
         times.append(time.perf_counter() - t)
         if keep is not None and keep(a):
             kept[a] = out
+        tick(min(batch, q.shape[0] - a))
     return times, kept
 
 
@@ -188,9 +198,10 @@ def _question_embedding_ms(device: torch.device, runs: int = 30) -> float | None
 
 
 def reference_agreement(store: MemoryStore, retriever: Retriever, q: torch.Tensor, intents, anchors, res,
-                        n_queries: int) -> tuple[float, float]:
+                        n_queries: int, tick=lambda n: None) -> tuple[float, float]:
     """(fraction of the first ``n_queries`` whose reference node set equals the batched one,
-    reference queries/s). Both searches get the same graph, anchors, start scores and intents."""
+    reference queries/s). Both searches get the same graph, anchors, start scores and intents.
+    ``tick(1)`` after each question, untimed."""
     event_adj, entity_lists = reference_graph(store.graph)
     emb = RowLists(store.events.embeddings.data)
     start = retriever.start_scores(retriever.similarity(store.snapshot(), q), anchors).cpu()
@@ -207,6 +218,7 @@ def reference_agreement(store: MemoryStore, retriever: Retriever, q: torch.Tenso
                                     retriever.cfg.beam)
         elapsed += time.perf_counter() - t
         equal += set(ref) == set(res_n[res_q == b].tolist())
+        tick(1)
     return equal / max(n_queries, 1), n_queries / elapsed if elapsed else math.nan
 
 
@@ -224,46 +236,57 @@ class Bench:
     built: dict                      # ingest figures
 
     @classmethod
-    def build(cls, cfg, events: int, queries: int, device: str = "cpu") -> "Bench":
+    def build(cls, cfg, events: int, queries: int, device: str = "cpu", progress: bool = False) -> "Bench":
         from omegaconf import OmegaConf
 
         dev = torch.device(device)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
-        t = time.perf_counter()
-        mem = synthesize(events, cfg.graph, cfg.run.seed)
-        q, windows = make_queries(mem, queries, cfg.graph, cfg.queries, cfg.run.seed)
-        generate_s = time.perf_counter() - t
-        store, built = ingest(mem, cfg, dev)
+        with progress_bar(progress, events, f"build {events:,} events", "event") as bar:
+            bar.set_postfix_str("synthesize")
+            t = time.perf_counter()
+            mem = synthesize(events, cfg.graph, cfg.run.seed)
+            q, windows = make_queries(mem, queries, cfg.graph, cfg.queries, cfg.run.seed)
+            generate_s = time.perf_counter() - t
+            bar.set_postfix_str("bulk ingest")
+            store, built = ingest(mem, cfg, dev, bar.update)
         built["generate_s"] = generate_s
         rcfg = RetrievalConfig.from_mapping(OmegaConf.to_container(cfg.retrieval, resolve=True))
         retriever = Retriever(None, IntentClassifier.load(device=dev), rcfg)
         return cls(cfg, dev, store, built.pop("snapshot"), retriever, q.to(dev), windows, built)
 
     def measure(self, batch: int, reference: bool = True, embed_question: bool = True,
-                queries: int | None = None) -> dict:
+                queries: int | None = None, progress: bool = False) -> dict:
         """The magma-bench JSON record for batches of ``batch`` questions (the first
-        ``queries`` of the built ones; None: all)."""
+        ``queries`` of the built ones; None: all); ``progress``: a bar on stderr, in questions."""
         rc, dev, snap = self.cfg.run, self.device, self.snap
         q_all, windows = self.questions[:queries], self.windows[:queries]
         queries, events = q_all.shape[0], snap.num_events
-        path = QueryPath(snap, self.retriever, dev)
-        for _ in range(rc.warmup_batches):
-            path(q_all[:batch], windows[:batch])
-        path.phase_s = dict.fromkeys(path.phase_s, 0.0)
         n_ref = min(rc.reference_queries, queries) if reference else 0
-        batch_s, kept = _timed_batches(path, q_all, windows, batch, dev, keep=lambda a: a < n_ref)
-        phases = dict(path.phase_s)
         single = min(rc.single_queries, queries)
-        single_s, _ = _timed_batches(path, q_all[:single], windows[:single], 1, dev)
+        total = 2 * (queries + single) + n_ref
+        with progress_bar(progress, total, f"measure {events:,} events", "question") as bar:
+            bar.set_postfix_str("warm-up")
+            path = QueryPath(snap, self.retriever, dev)
+            for _ in range(rc.warmup_batches):
+                path(q_all[:batch], windows[:batch])
+            path.phase_s = dict.fromkeys(path.phase_s, 0.0)
+            bar.set_postfix_str(f"batches of {batch}")
+            batch_s, kept = _timed_batches(path, q_all, windows, batch, dev, keep=lambda a: a < n_ref, tick=bar.update)
+            phases = dict(path.phase_s)
+            bar.set_postfix_str("batch 1")
+            single_s, _ = _timed_batches(path, q_all[:single], windows[:single], 1, dev, tick=bar.update)
 
-        def vector(qb, _windows):   # vector_rag: the same exact dense search, its top-k alone
-            return self.retriever.similarity(snap, qb).top_k(self.cfg.vector_rag_k)
+            def vector(qb, _windows):   # vector_rag: the same exact dense search, its top-k alone
+                return self.retriever.similarity(snap, qb).top_k(self.cfg.vector_rag_k)
 
-        vector(q_all[:batch], None)
-        vec_s, _ = _timed_batches(vector, q_all, windows, batch, dev)
-        vec_single_s, _ = _timed_batches(vector, q_all[:single], windows[:single], 1, dev)
-        agreement, ref_qps = _agreement_over_batches(self.store, self.retriever, q_all, kept, batch, n_ref)
+            bar.set_postfix_str("vector_rag")
+            vector(q_all[:batch], None)
+            vec_s, _ = _timed_batches(vector, q_all, windows, batch, dev, tick=bar.update)
+            vec_single_s, _ = _timed_batches(vector, q_all[:single], windows[:single], 1, dev, tick=bar.update)
+            bar.set_postfix_str("Python reference")
+            agreement, ref_qps = _agreement_over_batches(self.store, self.retriever, q_all, kept, batch, n_ref,
+                                                         bar.update)
         retrieval_qps = queries / sum(batch_s)
         vector_qps = queries / sum(vec_s)
         b = self.built
@@ -334,15 +357,15 @@ def traffic_per_query(bench: Bench, batch: int) -> dict:
             "bytes_per_query": similarity + beam}
 
 
-def _agreement_over_batches(store, retriever, q_all, kept, batch, n_ref) -> tuple[float, float]:
+def _agreement_over_batches(store, retriever, q_all, kept, batch, n_ref, tick=lambda n: None) -> tuple[float, float]:
     """Reference agreement over the first n_ref queries, from the kept batch outputs."""
     agree, time_s = [], 0.0
     for a, (intents, anchors, res, _order) in sorted(kept.items()):
         n = min(batch, n_ref - a)
-        frac, qps = reference_agreement(store, retriever, q_all[a:a + batch], intents, anchors, res, n)
+        frac, qps = reference_agreement(store, retriever, q_all[a:a + batch], intents, anchors, res, n, tick)
         agree.append(frac * n)
         time_s += n / qps
-    return sum(agree) / max(n_ref, 1), n_ref / time_s if time_s else math.nan
+    return (sum(agree) / n_ref if n_ref else math.nan), (n_ref / time_s if time_s else math.nan)
 
 
 def _machine(dev: torch.device) -> str:

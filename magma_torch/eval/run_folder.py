@@ -21,6 +21,8 @@ from magma_torch.store.persistence import fsync_dir, write_synced
 
 # Settings that may change between a run and its resumption: they do not change the results.
 RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective")
+SHOWN_CHANGES = 3    # differing settings a refusal names
+_UNSET = object()
 
 
 class RunFolderError(ValueError):
@@ -36,6 +38,22 @@ def _comparable(cfg: DictConfig) -> dict:
             node = node.get(p, {})
         node.pop(leaf, None)
     return c
+
+
+def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """``key.path: old -> new`` for every setting that differs, set on one side only included."""
+    out = []
+    for key in sorted(old.keys() | new.keys(), key=str):
+        a, b = old.get(key, _UNSET), new.get(key, _UNSET)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {_shown(a)} -> {_shown(b)}")
+    return out
+
+
+def _shown(value) -> str:
+    return "(not set)" if value is _UNSET else repr(value)
 
 
 def _complete_lines(path: Path) -> list[dict]:
@@ -71,10 +89,13 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         config_path = self.path / "config.yaml"
         if config_path.exists() and self.predictions_path.exists():
-            old = _comparable(OmegaConf.load(config_path))
-            if old != _comparable(cfg):
-                raise RunFolderError(f"{self.path} holds a run with another configuration (see its config.yaml); "
-                                     "resume with the same settings or choose a new out_dir")
+            changed = differences(_comparable(OmegaConf.load(config_path)), _comparable(cfg))
+            if changed:
+                more = f" (and {len(changed) - SHOWN_CHANGES} more)" if len(changed) > SHOWN_CHANGES else ""
+                raise RunFolderError(
+                    f"{self.path} holds a run with another configuration: {'; '.join(changed[:SHOWN_CHANGES])}{more}. "
+                    f"Only {', '.join(RESUMABLE_CHANGES)} may change between attempts: resume with the folder's "
+                    "settings (its config.yaml) or choose a new out_dir")
         self.metrics_path.unlink(missing_ok=True)
         write_atomic(config_path, OmegaConf.to_yaml(cfg))
         self.builds = {b["sample_id"]: b for b in _complete_lines(self.samples_path)}

@@ -2,7 +2,8 @@
 
 Prints the intent, the anchors with their rank in each RRF ranking, the beam-search paths
 and the linearised context; ``--html`` writes a self-contained page of the retrieved
-subgraph and ``--png`` a screenshot of it taken by headless chromium.
+subgraph, ``--png`` a screenshot of the whole page taken by headless chromium, and
+``--svg`` the subgraph alone as a stand-alone figure.
 """
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from magma_torch.explain.graph_svg import graph_svg
 from magma_torch.explain.html_view import render_html
 from magma_torch.explain.screenshot import ScreenshotError, screenshot
-from magma_torch.explain.subgraph import explain
+from magma_torch.explain.subgraph import entity_names, explain
 from magma_torch.explain.terminal import format_text
 from magma_torch.ingest.temporal import parse_timestamp
 from magma_torch.memory import MagmaMemory
@@ -34,7 +36,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="most salient beam-search expansions shown with their paths (default 10)")
     p.add_argument("--budget-tokens", type=int, help="context budget (default: the memory's config)")
     p.add_argument("--html", type=Path, help="write the subgraph view to this HTML file")
-    p.add_argument("--png", type=Path, help="write a screenshot of the subgraph view to this PNG file")
+    p.add_argument("--png", type=Path, help="write a screenshot of the whole HTML view to this PNG file")
+    p.add_argument("--svg", type=Path, help="write the subgraph alone, with its legend, to this SVG file (a figure)")
     return p.parse_args(argv)
 
 
@@ -57,8 +60,10 @@ def run(args: argparse.Namespace) -> str:
         if len(mem.store) == 0:
             raise ExplainError(f"{args.memory}: the memory holds no events")
         mem.consolidate()   # a saved slow-path queue: explain the memory as it is once consolidated
-        ex = explain(mem.retrieve(args.question, when, args.budget_tokens), args.top, args.expansions, when,
-                     mem.retriever.cfg.active_signals)
+        r = mem.retrieve(args.question, when, args.budget_tokens)
+        ex = explain(r, args.top, args.expansions, when, mem.retriever.cfg.active_signals, entity_names(mem.store, r))
+    if args.svg:
+        _write(args.svg, graph_svg(ex, standalone=True).svg)
     if args.html or args.png:
         page = render_html(ex)
         if args.html:

@@ -1,28 +1,25 @@
-"""A self-contained HTML page of an explanation: the retrieved subgraph as inline SVG and
-the anchor, event and context tables.
+"""A self-contained HTML page of an explanation: the retrieved subgraph as inline SVG
+(``graph_svg``) and the anchor, event and context tables.
 
-Layout: one column per shown event in time order, one row per beam-search depth (anchors
-on top), each event drawn with its salience rank and joined to the event the beam search
-reached it from by an arrow coloured by relation. The page loads nothing (its
-Content-Security-Policy forbids any fetch and any script) and every text from the memory
-goes through ``printable`` and ``html.escape``, so markup in events is shown, never run.
+The page loads nothing (its Content-Security-Policy forbids any fetch and any script) and
+every text from the memory goes through ``printable`` and ``html.escape``, so markup in
+events is shown, never run. It ends in a rule of colour ``END_RULE``, by which the
+screenshot knows it holds the whole page.
 """
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass
 
-from magma_torch.explain.printable import printable
-from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref, split_relation
+from magma_torch.explain.graph_svg import RING_NOTE, colour, drawn_relations, graph_svg
+from magma_torch.explain.printable import escaped, printable
+from magma_torch.explain.subgraph import Explanation, event_ref
 from magma_torch.explain.terminal import describe_reason
 
-RELATION_COLOURS = {"temporal": "#1f77b4", "semantic": "#2ca02c", "causal": "#d62728", "entity": "#9467bd",
-                    "episode": "#ff7f0e"}
-ANCHOR_FILL, EVENT_FILL = "#ffc94d", "#dbe6f6"
-COL, ROW, RADIUS = 46, 112, 15              # px per event column, per depth row; node radius
-GUTTER, TOP, LABELS = 118, 36, 120          # left row labels, space above, room for rotated labels
-HEADER_PX, TABLE_ROW_PX = 260, 25           # page height estimates for the screenshot window
+# Page height estimate for the screenshot's first window (a short one is retried taller).
+HEADER_PX, TABLE_ROW_PX, HEADINGS_PX, CONTEXT_LINE_PX, CONTEXT_CHAR_PX = 260, 25, 160, 18, 7.5
 MIN_WIDTH = 1100
+END_RULE = "#5a6b8c"                        # the last thing on the page
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:20px 24px;color:#1d2330;background:#fff}
@@ -40,33 +37,33 @@ tr:target{background:#fff3c4} tr.out td{color:#8a90a0}
 .legend i{display:inline-block;width:22px;height:4px;vertical-align:middle;margin-right:5px}
 pre{white-space:pre-wrap;background:#f6f7f9;padding:10px;border-radius:4px;font-size:12.5px}
 svg text{font-family:system-ui,sans-serif}
-"""
+""" + f"footer{{height:4px;margin-top:12px;background:{END_RULE}}}\n"
 
 
 @dataclass(frozen=True)
 class Page:
     html: str
-    width: int     # CSS pixels that show the header, the graph and the anchor table
-    height: int
+    width: int     # CSS pixels that show the header, the graph and the tables
+    height: int    # an estimate of the whole page's
 
 
 def render_html(ex: Explanation) -> Page:
-    svg, svg_w, svg_h = _svg(ex)
+    graph = graph_svg(ex)
     r = ex.retrieval
-    body = [f"<h1>magma-explain: why these events were retrieved</h1><p class=q>{_e(r.question)}</p>",
-            _meta(ex), svg, _legend(), _anchor_table(ex), _node_table(ex),
+    body = [f"<h1>magma-explain: why these events were retrieved</h1><p class=q>{escaped(r.question)}</p>",
+            _meta(ex), graph.svg, _legend(ex), _anchor_table(ex), _node_table(ex),
             f"<h2>Context given to the reader ({r.context_tokens} tokens)</h2>"
-            f"<pre>{html.escape(printable(r.context, keep_newlines=True))}</pre>"]
+            f"<pre>{html.escape(printable(r.context, keep_newlines=True))}</pre><footer></footer>"]
     doc = ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
            "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-           f"<title>magma-explain: {_e(r.question[:80])}</title><style>{STYLE}</style></head>"
+           f"<title>magma-explain: {escaped(r.question[:80])}</title><style>{STYLE}</style></head>"
            f"<body>{''.join(body)}</body></html>\n")
-    height = HEADER_PX + svg_h + TABLE_ROW_PX * (len(ex.anchors) + 3)
-    return Page(doc, max(MIN_WIDTH, svg_w + 60), height)
-
-
-def _e(text: str) -> str:
-    return html.escape(printable(text), quote=True)
+    width = max(MIN_WIDTH, graph.width + 60)
+    per_line = max(1, int((width - 80) / CONTEXT_CHAR_PX))
+    context_lines = sum(1 + len(line) // per_line for line in r.context.splitlines())
+    height = (HEADER_PX + graph.height + HEADINGS_PX + TABLE_ROW_PX * (len(ex.anchors) + len(ex.nodes) + 2)
+              + CONTEXT_LINE_PX * context_lines)
+    return Page(doc, width, int(height))
 
 
 def _meta(ex: Explanation) -> str:
@@ -81,73 +78,9 @@ def _meta(ex: Explanation) -> str:
             f"{len(r.context_ids)} in the context</span></div><div class=bars>{bars}</div>")
 
 
-def _layout(ex: Explanation) -> dict[int, tuple[float, float]]:
-    order = sorted(ex.nodes, key=lambda n: (n.node.timestamp, n.node.id))
-    return {n.node.id: (GUTTER + COL * (i + 0.5), TOP + RADIUS + ROW * n.depth) for i, n in enumerate(order)}
-
-
-def _el(tag: str, inner: str = "", **attrs) -> str:
-    """An SVG element with every attribute quoted and escaped (``stroke_width`` -> ``stroke-width``)."""
-    a = "".join(f' {k.replace("_", "-")}="{html.escape(str(v), quote=True)}"' for k, v in attrs.items())
-    return f"<{tag}{a}>{inner}</{tag}>"
-
-
-def _svg(ex: Explanation) -> tuple[str, int, int]:
-    pos = _layout(ex)
-    depth = max((n.depth for n in ex.nodes), default=0)
-    bottom = TOP + RADIUS + ROW * depth + RADIUS
-    width, height = GUTTER + COL * len(ex.nodes) + LABELS, bottom + LABELS   # rotated labels reach right and down
-    markers = "".join(_el("marker", _el("path", d="M0,0L10,5L0,10z", fill=c), id=f"arrow-{k}",
-                          viewBox="0 0 10 10", refX=9, refY=5, markerWidth=7, markerHeight=7, orient="auto")
-                      for k, c in RELATION_COLOURS.items())
-    parts = [_el("defs", markers)]
-    for d in range(depth + 1):
-        y = TOP + RADIUS + ROW * d
-        parts.append(_el("line", x1=GUTTER - 8, y1=y, x2=width - 10, y2=y, stroke="#eef0f4")
-                     + _el("text", f"depth {d}" if d else "anchors" if ex.retrieval.anchors else "events", x=6, y=y + 4, font_size=12, fill="#667"))
-    parts += [_edge(n, pos) for n in ex.nodes if n.reached_by is not None]
-    parts += [_node(ex, n, pos, bottom) for n in ex.nodes]
-    svg = _el("svg", "".join(parts), xmlns="http://www.w3.org/2000/svg", width=width, height=height, role="img",
-              aria_label="retrieved subgraph")
-    return svg, width, height
-
-
-def _edge(n: ShownNode, pos) -> str:
-    e = n.reached_by
-    kind, entity = split_relation(e.relation)
-    colour = RELATION_COLOURS.get(kind, "#777")
-    (x1, y1), (x2, y2) = pos[e.src], pos[e.dst]
-    y1, y2, mid = y1 + RADIUS, y2 - RADIUS - 2, (y1 + y2) / 2
-    curve = _el("path", d=f"M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}",
-                fill="none", stroke=colour, stroke_width=2,
-                marker_end=f"url(#arrow-{kind if kind in RELATION_COLOURS else 'semantic'})")
-    # named next to the arrowhead: edges from one anchor fan out there, so the names do not overlap
-    label = _el("text", _e(entity), x=f"{x2:.1f}", y=f"{y2 - 12:.1f}", font_size=11,
-                text_anchor="middle", fill=colour, stroke="#fff", stroke_width=3, paint_order="stroke") if entity else ""
-    return _el("g", _el("title", _e(f"{e.relation} edge, score {e.score:.3f}")) + curve + label)
-
-
-def _node(ex: Explanation, n: ShownNode, pos, bottom: float) -> str:
-    x, y = pos[n.node.id]
-    ring = ({"stroke": "#1d2330", "stroke_width": 2} if n.in_context
-            else {"stroke": "#9aa1b0", "stroke_dasharray": "3 2"})
-    who = f"{n.node.speaker}: " if n.node.speaker else ""
-    tip = f"#{n.rank} {event_ref(n.node)} — {describe_reason(ex, n)}\n{who}{n.node.text}"
-    label = f"{event_ref(n.node)} · {n.node.timestamp:%Y-%m-%d}"
-    inner = (_el("title", html.escape(printable(tip, keep_newlines=True)))
-             + _el("line", x1=x, y1=y + RADIUS, x2=x, y2=bottom + 4, stroke="#d5d9e2", stroke_dasharray="2 3")
-             + _el("circle", cx=x, cy=y, r=RADIUS, fill=ANCHOR_FILL if n.anchor_rank is not None else EVENT_FILL,
-                   **ring)
-             + _el("text", str(n.rank), x=x, y=y + 4, font_size=11, font_weight=600, text_anchor="middle")
-             + _el("text", _e(label), x=x, y=bottom + 10, font_size=11, fill="#445",
-                   transform=f"rotate(50 {x:.1f} {bottom + 10:.1f})"))
-    return _el("a", _el("g", inner), href=f"#ev-{n.node.id}")
-
-
-def _legend() -> str:
-    items = "".join(f"<span><i style='background:{c}'></i>{k} edge</span>" for k, c in RELATION_COLOURS.items())
-    return (f"<div class=legend>{items}<span>◯ number = salience rank; gold = anchor; "
-            f"solid ring = in the context, dashed = retrieved but cut by the token budget</span></div>")
+def _legend(ex: Explanation) -> str:
+    items = "".join(f"<span><i style='background:{colour(k)}'></i>{k} edge</span>" for k in drawn_relations(ex))
+    return f"<div class=legend>{items}<span>◯ {RING_NOTE}</span></div>"
 
 
 def _anchor_table(ex: Explanation) -> str:
@@ -160,8 +93,8 @@ def _anchor_table(ex: Explanation) -> str:
     for i, a in enumerate(ex.anchors, 1):
         node = by_id[a.id]
         ranks = "".join(f"<td class=num>{a.ranks.get(s, '–')}</td>" for s in ex.signals)
-        rows.append(f"<tr><td class=num>{i}</td><td>{_e(event_ref(node))}</td><td class=num>{a.rrf:.4f}</td>"
-                    f"{ranks}<td class=text>{_e(node.text)}</td></tr>")
+        rows.append(f"<tr><td class=num>{i}</td><td>{escaped(event_ref(node))}</td><td class=num>{a.rrf:.4f}</td>"
+                    f"{ranks}<td class=text>{escaped(node.text)}</td></tr>")
     more = len(r.anchors) - len(ex.anchors)
     return (f"<h2>Anchors: reciprocal-rank fusion (rank in each ranking; – = not ranked)"
             f"{f', {more} more not shown' if more > 0 else ''}</h2><table><tr><th>#</th><th>event</th>"
@@ -173,8 +106,8 @@ def _node_table(ex: Explanation) -> str:
     for n in ex.nodes:
         who = f"{n.node.speaker}: " if n.node.speaker else ""
         rows.append(f"<tr id=ev-{n.node.id}{'' if n.in_context else ' class=out'}><td class=num>{n.rank}</td>"
-                    f"<td>{_e(event_ref(n.node))}</td><td>{n.node.timestamp:%Y-%m-%d %H:%M}</td>"
+                    f"<td>{escaped(event_ref(n.node))}</td><td>{n.node.timestamp:%Y-%m-%d %H:%M}</td>"
                     f"<td class=num>{n.node.score:.3f}</td><td>{'yes' if n.in_context else 'no'}</td>"
-                    f"<td>{_e(describe_reason(ex, n))}</td><td class=text>{_e(who + n.node.text)}</td></tr>")
+                    f"<td>{escaped(describe_reason(ex, n))}</td><td class=text>{escaped(who + n.node.text)}</td></tr>")
     return ("<h2>Retrieved events by salience</h2><table><tr><th>rank</th><th>event</th><th>time</th>"
             f"<th>score</th><th>in context</th><th>retrieved as</th><th>text</th></tr>{''.join(rows)}</table>")

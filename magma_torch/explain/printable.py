@@ -1,6 +1,7 @@
 """Event text as data: characters that would act on a terminal or a page are shown escaped."""
 from __future__ import annotations
 
+import html
 import unicodedata
 
 # Bidirectional overrides and isolates reorder the text around them ("Trojan Source").
@@ -11,6 +12,11 @@ _ACTIVE_CATEGORIES = {"Cc", "Cs", "Zl", "Zp"}   # controls, lone surrogates, lin
 def printable(text: str, keep_newlines: bool = False) -> str:
     """``text`` with control, bidi and separator characters written as ``\\xNN`` / ``\\uNNNN``."""
     return "".join(_escape(c) if _active(c, keep_newlines) else c for c in text)
+
+
+def escaped(text: str) -> str:
+    """``printable`` text, HTML-escaped (quotes too): for pages and SVG."""
+    return html.escape(printable(text), quote=True)
 
 
 def _active(c: str, keep_newlines: bool) -> bool:

@@ -3,7 +3,7 @@ it was retrieved (an anchor's RRF ranks, or the edge the beam search reached it 
 the anchors and path edges that lead to them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievedNode, Retrieval
@@ -27,6 +27,13 @@ class Explanation:
     anchors: list[Anchor]            # the best anchors, fused RRF order
     signals: tuple[str, ...]         # RRF rankings, in the order the ranks are reported
     hidden_nodes: int                # retrieved events not shown
+    entity_names: dict[str, str] = field(default_factory=dict)   # entity key -> the name as written
+
+    def hop(self, relation: str) -> tuple[str, str | None]:
+        """A path relation as (kind, what it went through): an entity by its name as written in the
+        memory ("Biscuit's vet", not the key "biscuit vet"), an episode by its start time."""
+        kind, via = split_relation(relation)
+        return kind, self.entity_names.get(via, via) if kind == "entity" else via
 
     @property
     def edges(self) -> list[PathEdge]:
@@ -35,11 +42,12 @@ class Explanation:
 
 
 def explain(retrieval: Retrieval, top: int, expansions: int, query_time: datetime | None = None,
-            signals: tuple[str, ...] = SIGNALS) -> Explanation:
+            signals: tuple[str, ...] = SIGNALS, entity_names: dict[str, str] | None = None) -> Explanation:
     """Keep the ``top`` most salient events and the ``expansions`` most salient events the
     beam search reached from an anchor, plus every event on their paths back to an anchor
     (so each shown event's reason is shown too), and the ``top`` best anchors; ``signals``
-    are the rankings the memory fuses (``RetrievalConfig.active_signals``)."""
+    are the rankings the memory fuses (``RetrievalConfig.active_signals``); ``entity_names``
+    maps entity keys to their names as written (``entity_names`` below)."""
     if top < 1 or expansions < 0:
         raise ValueError(f"need top >= 1 and expansions >= 0, got top={top}, expansions={expansions}")
     rank = {n.id: i for i, n in enumerate(retrieval.nodes, 1)}
@@ -65,7 +73,13 @@ def explain(retrieval: Retrieval, top: int, expansions: int, query_time: datetim
     nodes = [ShownNode(by_id[v], rank[v], depth_of(v), anchor_rank.get(v), parent.get(v), v in in_context)
              for v in sorted(shown, key=rank.__getitem__)]
     return Explanation(retrieval, query_time, nodes, retrieval.anchors[:top], signals,
-                       len(retrieval.nodes) - len(nodes))
+                       len(retrieval.nodes) - len(nodes), dict(entity_names or {}))
+
+
+def entity_names(store, retrieval: Retrieval) -> dict[str, str]:
+    """The entities a retrieval's paths go through: key -> the name as first written in the memory."""
+    keys = {via for kind, via in map(split_relation, (e.relation for e in retrieval.paths)) if kind == "entity"}
+    return {k: store.entities.surfaces[i] for k in keys if (i := store.entity_id(k)) is not None}
 
 
 def event_ref(node: RetrievedNode) -> str:

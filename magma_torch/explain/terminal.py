@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from magma_torch.explain.printable import printable
-from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref, split_relation
+from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref
 
 TEXT_WIDTH = 90   # characters of event text per list line; the context below is shown whole
 
@@ -27,9 +27,9 @@ def describe_reason(ex: Explanation, n: ShownNode) -> str:
     if n.reached_by is None:
         return "listed without ranking (full-context memory)"
     e = n.reached_by
-    kind, entity = split_relation(e.relation)
+    kind, name = ex.hop(e.relation)
     src = next(m.node for m in ex.nodes if m.node.id == e.src)   # shown: paths are kept whole
-    via = f" via {kind} {entity}" if entity else ""
+    via = f" via {kind} {name}" if name else ""
     return f"{kind} edge{via} from {event_ref(src)}"
 
 
@@ -65,8 +65,8 @@ def _path_lines(ex: Explanation) -> list[str]:
     ref = {n.node.id: event_ref(n.node) for n in ex.nodes}
     out = ["paths: beam-search edges to the shown events (score of the reached event)"]
     for e in ex.edges:
-        kind, entity = split_relation(e.relation)
-        label = f"{kind} [{printable(entity)}]" if entity else kind
+        kind, name = ex.hop(e.relation)
+        label = f"{kind} [{printable(name)}]" if name else kind
         out.append(f"  {printable(ref[e.src])} --{label}--> {printable(ref[e.dst])}   {e.score:.3f}")
     return out
 
