@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 
 def dedupe(sources: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(sources))
@@ -33,6 +35,10 @@ def recall_all_at_tokens(sources: Sequence[Sequence[str]], tokens: Sequence[int]
     return float(set(evidence) <= set(within_budget(sources, tokens, budget)))
 
 
+def percentile(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
 # metrics.json's retrieval time: milliseconds per question, each batch's time (question embedding
 # excluded) shared evenly by its questions, averaged over the questions.
 RETRIEVAL_MS = "retrieval_ms_per_question_batch_mean"
@@ -40,6 +46,6 @@ RETRIEVAL_MS = "retrieval_ms_per_question_batch_mean"
 
 def retrieval_ms(block: dict) -> float | None:
     """A metrics.json block's retrieval time per question. Runs written before the figure was
-    named for what it is hold ``retrieval_ms_p50``: the median of the same per-question batch
-    shares (their p95 repeated it)."""
+    named for what it is hold only ``retrieval_ms_p50``: the median of the same per-question
+    batch shares."""
     return block[RETRIEVAL_MS] if RETRIEVAL_MS in block else block.get("retrieval_ms_p50")
