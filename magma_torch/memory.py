@@ -27,7 +27,7 @@ from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.base import LLM
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
-from magma_torch.store import integrity, jsonl, persistence
+from magma_torch.store import integrity, jsonl, live_read, persistence
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.wal import WriteAheadLog
 
@@ -62,6 +62,7 @@ class MagmaMemory:
         # folder) and, when durable, the write-ahead log of what came after it.
         self.path = None if store_dir is None else Path(store_dir) / check_namespace(namespace)
         self._wal, self._since_checkpoint, self._folder_lock = None, 0, None
+        self._read_only_view_of: Path | None = None  # the folder open_readonly read
         saved = None
         if self.path is not None:
             saved = self._open_folder()
@@ -115,15 +116,13 @@ class MagmaMemory:
                 self.checkpoint()
                 seq = 0
             else:
-                if saved.state["namespace"] != self.namespace:
-                    raise ValueError(f"{saved.path}: holds namespace {saved.state['namespace']!r}, "
-                                     f"opened as {self.namespace!r}")
+                _check_holds(saved, self.namespace)
                 _check_same_ingest(saved, self.config)
                 self._restore(saved)
                 seq = saved.state.get("wal_seq", 0)  # 0: a folder written by save()
             if durable or (self.path / WAL).exists():
                 self._wal = WriteAheadLog(self.path / WAL, seq)
-                self._replay(seq)
+                self._replay(self._wal.records, self._wal.path, seq)
                 if not durable:  # fold the log into a checkpoint: no later add is logged after it
                     self.checkpoint()
                     self._wal.close()
@@ -132,8 +131,8 @@ class MagmaMemory:
             self.close(checkpoint=False)
             raise
 
-    def _replay(self, checkpoint_seq: int) -> None:
-        for rec in self._wal.records:
+    def _replay(self, records: list[dict], log: Path, checkpoint_seq: int) -> None:
+        for rec in records:
             if rec["seq"] <= checkpoint_seq:  # already in the checkpoint (a crash before the log was emptied)
                 continue
             if rec.get("op") in ("forget", "update"):
@@ -141,15 +140,15 @@ class MagmaMemory:
                     with self.store.ingest_lock, self.worker.paused(), self.store.lock:
                         lifecycle.replay(self, rec)
                 except persistence.CorruptSaveError as err:
-                    raise persistence.CorruptSaveError(f"{self._wal.path}: {err}; nothing was changed on disk") from None
+                    raise persistence.CorruptSaveError(f"{log}: {err}; nothing was changed on disk") from None
                 continue
             if rec.get("op") != "add" or rec.get("first") != len(self.store):
                 raise persistence.CorruptSaveError(
-                    f"{self._wal.path}: record {rec['seq']} ({rec.get('op')!r} at event {rec.get('first')}) does not "
+                    f"{log}: record {rec['seq']} ({rec.get('op')!r} at event {rec.get('first')}) does not "
                     f"follow the checkpoint's {len(self.store)} events; nothing was changed on disk")
             self.worker.submit(fast_path.apply(fast_path.PreparedBatch.from_record(rec, self.store), self.store,
                                                self.fast_cfg))
-        self._since_checkpoint = len(self._wal.records)
+        self._since_checkpoint = len(records)
 
     def _log(self, batch: fast_path.PreparedBatch) -> None:
         self._wal.append([batch.to_record(len(self.store))])
@@ -219,10 +218,16 @@ class MagmaMemory:
 
     def add_many(self, records: Iterable[Mapping]) -> list[int]:
         """Batched fast path; validates the whole batch first, then writes it."""
+        self._check_writable()
         ids, _ = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg,
                                   journal=None if self._wal is None else self._log, submit=self.worker.submit)
         self._checkpoint_when_due()
         return ids
+
+    def _check_writable(self) -> None:
+        if self._read_only_view_of is not None:
+            raise RuntimeError(f"{self._read_only_view_of}: opened with open_readonly, which never changes it; "
+                               "open it with MagmaMemory(store_dir=..., namespace=...) to change it")
 
     def _checkpoint_when_due(self) -> None:
         if self._wal is not None and self._since_checkpoint >= self.config.durability.checkpoint_every:
@@ -243,6 +248,7 @@ class MagmaMemory:
         nothing is forgotten. A durable memory logs the forget before applying it; a memory
         with a ``store_dir`` then checkpoints, so once this returns no file of the memory
         holds the events' text or embeddings."""
+        self._check_writable()
         with self.store.ingest_lock:
             with self.worker.paused(), self.store.lock:
                 rows = lifecycle.select(self.store, ids, source_ids, speaker, entity, before)
@@ -263,6 +269,7 @@ class MagmaMemory:
         Validated as ``add`` validates (``IngestError``: empty text, a time past the future
         horizon, or one that would break its stream's order: an update keeps the event's place,
         between its stream's previous and next event). Durable like ``add``."""
+        self._check_writable()
         if text is None and timestamp is None:
             raise ValueError("update() needs a new text or timestamp")
         with self.store.ingest_lock:
@@ -302,6 +309,7 @@ class MagmaMemory:
         """Block until the slow-path queue is drained; a persistent memory then checkpoints,
         so the consolidation is on disk (it is not logged: after a crash, what was
         consolidated since the last checkpoint is queued again, never applied twice)."""
+        self._check_writable()
         self.worker.drain()
         if self.path is not None:
             self.checkpoint()
@@ -455,6 +463,31 @@ class MagmaMemory:
         return cls._from_saved(persistence.read_save(path), embedder=embedder, device=device, llm=llm)
 
     @classmethod
+    def open_readonly(cls, store_dir: str | os.PathLike, namespace: str = "default", *,
+                      embedder: Embedder | None = None, device: str | None = None) -> "MagmaMemory":
+        """The memory of ``store_dir/<namespace>`` as its checkpoint and write-ahead log hold it
+        now, to read (``retrieve``, ``events``, ``magma-explain``) while a writer may hold it
+        open and go on adding. It takes no lock and writes no file: a torn last log line is left
+        out, not cut, and a checkpoint a crash cut short is named, not recovered. It is a copy
+        in memory as of this call (open it again to see later writes). Events the checkpoint
+        holds unconsolidated stay pending: nothing consolidates here and no consolidation LLM is
+        built. ``add``, ``forget``, ``update`` and ``consolidate`` raise RuntimeError."""
+        path = Path(store_dir) / check_namespace(namespace)
+        saved, records = live_read.read_checkpoint_and_log(path / CHECKPOINT, path / WAL)
+        _check_holds(saved, namespace)
+        config = saved_config(saved.state["config"])
+        config.slow_path.background = False  # no worker thread: the queue is kept, not worked on
+        mem = cls(config, "none", namespace=namespace, device=device, embedder=embedder)
+        try:
+            mem._restore(saved)
+            mem._replay(records, path / WAL, saved.state.get("wal_seq", 0))
+        except BaseException:
+            mem.close(checkpoint=False)
+            raise
+        mem._read_only_view_of = path
+        return mem
+
+    @classmethod
     def _from_saved(cls, saved: persistence.SavedStore, *, embedder: Embedder | None, device: str | None,
                     llm: LLM | None, store_dir: str | os.PathLike | None = None,
                     durable: bool = False) -> "MagmaMemory":
@@ -520,6 +553,11 @@ def saved_config(config: Mapping) -> DictConfig:
     defaults = load_group("memory", "magma")
     OmegaConf.set_struct(defaults, False)   # a key this version no longer has is kept, not refused
     return OmegaConf.merge(defaults, config)
+
+
+def _check_holds(saved: persistence.SavedStore, namespace: str) -> None:
+    if saved.state["namespace"] != namespace:
+        raise ValueError(f"{saved.path}: holds namespace {saved.state['namespace']!r}, opened as {namespace!r}")
 
 
 def _check_same_ingest(saved: persistence.SavedStore, config: DictConfig) -> None:

@@ -1,6 +1,7 @@
 """Durable stores: write-ahead log + checkpoints survive kill -9, torn writes, a full disk
 and a dying LLM server; consolidation resumes after a restart without doing anything twice."""
 import errno
+import hashlib
 import os
 import random
 import shutil
@@ -22,7 +23,7 @@ from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.llm.openai_backend import OpenAIBackend
 from magma_torch.memory import CHECKPOINT, LOCK, WAL
-from magma_torch.store import persistence, wal
+from magma_torch.store import live_read, persistence, wal
 from magma_torch.store.integrity import IntegrityError
 from magma_torch.store.persistence import CorruptSaveError
 from magma_torch.testing import abandon
@@ -151,6 +152,148 @@ def crashed_with_checkpoint_and_log(embedder, tmp_path) -> Path:
     mem.add("in the log", "2024-01-02", source_id="b")
     abandon(mem)
     return tmp_path / "default"
+
+
+def files_of(folder: Path) -> dict:
+    """Every file under ``folder`` (hidden ones, the lock, leftovers) with its SHA-256."""
+    return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+TORN = b'2210 0badf00d {"op":"add","first":40,"rows":[{"text":"half'  # an append in flight: no newline yet
+
+
+def test_open_readonly_reads_checkpoint_and_log_without_the_lock_and_writes_nothing(embedder, tmp_path):
+    recs = records()
+    writer = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
+    writer.add_many(recs[:40])
+    writer.forget(source_ids=recs[3]["source_id"])
+    writer.consolidate()                       # checkpointed: 39 events, consolidated
+    writer.add_many(recs[40:60])               # only in the log, pending
+    writer.update(5, text="Caroline went to the LGBTQ support group on Tuesday, revised.")  # logged
+    folder = tmp_path / "default"
+    with open(folder / WAL, "ab") as f:
+        f.write(TORN)
+    before = files_of(folder)
+    view = MagmaMemory.open_readonly(tmp_path, embedder=embedder)
+    assert state(view) == state(writer)        # the writer's very store: log replayed, queue and statuses kept
+    assert view.worker.pending() == 21         # the 20 logged adds and the updated event stay pending
+    question = "When did Caroline go to the support group?"
+    assert view.retrieve(question).context == writer.retrieve(question).context
+    changes = (lambda: view.add("x", "2024-01-01"), lambda: view.add_many([]), view.consolidate,
+               lambda: view.forget(5), lambda: view.update(5, text="y"), view.checkpoint)
+    for change in changes:
+        with pytest.raises((RuntimeError, ValueError), match="open_readonly|needs a memory opened with store_dir"):
+            change()
+    assert view.worker.pending() == 21 and len(view.store) == 59
+    view.close()
+    assert files_of(folder) == before          # the torn tail, the lock, the checkpoint: as they were
+    with pytest.raises(RuntimeError, match="open elsewhere"):  # the writer still holds its lock
+        MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder)
+    os.truncate(folder / WAL, (folder / WAL).stat().st_size - len(TORN))
+    writer.add("after the first view", "2024-02-01", source_id="after")
+    with MagmaMemory.open_readonly(tmp_path, embedder=embedder) as again:
+        assert len(again.store) == 60 and "after" in again.store.events.by_source
+    writer.close()
+
+
+def _cut_between_renames(folder: Path) -> None:
+    os.rename(folder / CHECKPOINT, folder / ".checkpoint.old-1")
+
+
+def _damage_log_line(folder: Path) -> None:
+    line = (folder / WAL).read_bytes()
+    (folder / WAL).write_bytes(line.replace(b"in the log", b"in the lOg") + line)
+
+
+@pytest.mark.parametrize("damage, namespace, error, message", [
+    (lambda f: (f / CHECKPOINT / persistence.EVENTS).write_bytes(b"{}\n"), "default", CorruptSaveError,
+     "events.jsonl: 3 bytes, the manifest says"),
+    (_damage_log_line, "default", CorruptSaveError, "wal.jsonl: line 1 is damaged"),
+    (_cut_between_renames, "default", CorruptSaveError, "checkpoint: missing, the previous one moved aside as "
+                                                        ".checkpoint.old-1"),
+    (lambda f: shutil.rmtree(f / CHECKPOINT), "default", CorruptSaveError, "wal.jsonl: a write-ahead log without"),
+    (lambda f: None, "other", FileNotFoundError, "other: no checkpoint/"),
+    (lambda f: None, "../default", ValueError, "namespace '../default'"),
+])
+def test_open_readonly_names_a_damaged_folder_in_one_line_and_repairs_nothing(embedder, tmp_path, monkeypatch, damage,
+                                                                              namespace, error, message):
+    monkeypatch.setattr(live_read, "FIRST_WAIT_S", 0.001)  # a checkpoint moved aside is waited for: briefly here
+    folder = crashed_with_checkpoint_and_log(embedder, tmp_path)
+    damage(folder)
+    before = files_of(tmp_path)
+    with pytest.raises(error, match=message.replace(".", r"\.")) as err:
+        MagmaMemory.open_readonly(tmp_path, namespace, embedder=embedder)
+    assert "\n" not in str(err.value)
+    assert files_of(tmp_path) == before
+
+
+@pytest.mark.parametrize("during", ["read_save", "read_records"])
+def test_a_checkpoint_landing_mid_read_is_read_again(embedder, tmp_path, monkeypatch, during):
+    """The writer checkpoints (and empties its log) while the reader is between the manifest and
+    the checkpoint, or between the checkpoint and the log: that pair is dropped and read again."""
+    writer = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
+    writer.add_many(records()[:3])
+    writer.checkpoint()
+    writer.add_many(records()[3:5])            # in the log; the checkpoint below takes them in and empties it
+    reads = []
+    real = getattr(live_read, during)
+
+    def checkpoint_first(path):
+        reads.append(path)
+        if len(reads) == 1:
+            writer.checkpoint()
+        return real(path)
+    monkeypatch.setattr(live_read, during, checkpoint_first)
+    with MagmaMemory.open_readonly(tmp_path, embedder=embedder) as view:
+        assert len(view.store) == 5
+        view.check()
+    assert len(reads) == 2
+    writer.close()
+
+
+def test_open_readonly_while_a_writer_process_adds_and_checkpoints(embedder, tmp_path, monkeypatch):
+    """A writer process adds events one by one (a checkpoint every 3); views opened meanwhile each
+    hold every add acknowledged before them, a gapless prefix of the adds, and pass check(); the
+    writer then finishes, consolidates and closes as if no reader had been there."""
+    checkpoint_reads = []
+    read_save = live_read.read_save
+    monkeypatch.setattr(live_read, "read_save", lambda path: checkpoint_reads.append(path) or read_save(path))
+    child = subprocess.Popen([sys.executable, str(HERE / "appending_child.py"), str(tmp_path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    said: list[str] = []
+    listener = threading.Thread(target=lambda: said.extend(line.strip() for line in child.stdout), daemon=True)
+    listener.start()
+    views = []
+    try:
+        deadline = time.monotonic() + 300
+        while len(said) < 6 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert said[:1] == ["ready"] and len(said) >= 6, said
+        for _ in range(8):
+            acknowledged = set(said[1:])
+            with MagmaMemory.open_readonly(tmp_path, embedder=embedder) as view:
+                held = set(view.store.events.by_source)
+                view.check()
+            assert acknowledged <= held
+            assert held == {f"e{i}" for i in range(len(held))}
+            views.append(len(held))
+        child.stdin.write("stop\n")
+        child.stdin.flush()
+        assert child.wait(timeout=300) == 0
+        listener.join(timeout=30)
+    finally:
+        child.kill()
+        child.wait()
+    assert said[-1].split()[0] == "done", said[-3:]
+    total = int(said[-1].split()[1])
+    assert views == sorted(views) and views[-1] < total
+    with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as back:
+        back.check()
+        assert set(back.store.events.by_source) == {f"e{i}" for i in range(total)}
+    print(f"\nlive reader: {len(views)} views holding {views} of the writer's {total} events; "
+          f"{len(checkpoint_reads)} checkpoint reads ({len(checkpoint_reads) - len(views)} again after a new "
+          "checkpoint landed mid-read)")
 
 
 def test_damaged_checkpoint_is_named_and_nothing_is_overwritten(embedder, tmp_path):

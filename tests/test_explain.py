@@ -26,7 +26,9 @@ from magma_torch.explain.subgraph import entity_names
 from magma_torch.testing import with_browser
 from magma_torch.query.intent import INTENTS
 from magma_torch.explain.terminal import format_text
+from magma_torch.memory import WAL
 from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievalConfig, RetrievedNode, Retrieval
+from magma_torch.testing import abandon
 
 HOSTILE = "Tomás pasted <script>alert('x')</script> into the canoe log \x1b[31mred\x1b[0m\x07 \u202eevil"
 QUESTION = "What did Tomás paste into the canoe log?"
@@ -53,7 +55,8 @@ def magma_explain(*args, cwd=None):
 
 
 def digest(folder: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -251,3 +254,30 @@ def test_screenshot_without_a_browser_says_so(tmp_path, monkeypatch):
     with pytest.raises(ScreenshotError, match="apt-get install chromium"):
         screenshot(page, tmp_path / "p.png", 800, 600)
     assert not (tmp_path / "p.png").exists()
+
+
+def test_explains_a_namespace_folder_its_writer_holds_from_checkpoint_and_log(tmp_path, capsys):
+    """magma-explain on store_dir/<namespace>: the event only in the write-ahead log is explained,
+    unconsolidated; the folder is left byte for byte, and its writer keeps its lock and goes on."""
+    cfg = load_group("memory", "magma")
+    cfg.slow_path.background = False
+    writer = MagmaMemory(cfg, store_dir=tmp_path, durable=True, namespace="tenant")
+    writer.add_many(records(load_demo()[0]))
+    writer.consolidate()   # checkpointed
+    writer.add(HOSTILE, "2023-06-01 10:00", speaker="Tomás <b>", source_id="X:1")   # only in the log
+    folder = tmp_path / "tenant"
+    before = digest(folder)
+    main([str(folder), QUESTION])
+    out, _ = capsys.readouterr()
+    assert f"{folder}: read-only, checkpoint + write-ahead log; {len(writer.store)} events, 1 not consolidated" in out
+    assert "\\u202eevil" in out   # the logged event, retrieved and shown as data
+    assert digest(folder) == before
+    writer.add("Tomás cleaned the canoe.", "2023-06-02 10:00", source_id="X:2")   # its lock and log still work
+    abandon(writer)
+    log = folder / WAL
+    log.write_bytes(log.read_bytes().replace(b"canoe", b"canoE", 1) + log.read_bytes())
+    with pytest.raises(SystemExit) as exit_:
+        main([str(folder), QUESTION])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"magma-explain: error: cannot load memory: {log}: line 1 is damaged"), err

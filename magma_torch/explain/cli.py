@@ -1,4 +1,8 @@
-"""``magma-explain MEMORY_DIR QUESTION``: why a saved memory retrieves what it retrieves.
+"""``magma-explain MEMORY_DIR QUESTION``: why a memory retrieves what it retrieves.
+
+MEMORY_DIR is a folder written by ``MagmaMemory.save``, or a persistent memory's namespace
+folder (``store_dir/<namespace>``), read with ``MagmaMemory.open_readonly``: its checkpoint and
+what is still only in its write-ahead log, without the writer's lock, while a writer may be running.
 
 Prints the intent, the anchors with their rank in each RRF ranking, the beam-search paths
 and the linearised context; ``--html`` writes a self-contained page of the retrieved
@@ -18,8 +22,7 @@ from magma_torch.explain.screenshot import ScreenshotError, screenshot
 from magma_torch.explain.subgraph import entity_names, explain
 from magma_torch.explain.terminal import format_text
 from magma_torch.ingest.temporal import parse_timestamp
-from magma_torch.memory import MagmaMemory
-from magma_torch.store.persistence import CorruptSaveError
+from magma_torch.memory import CHECKPOINT, WAL, MagmaMemory
 
 
 class ExplainError(ValueError):
@@ -28,7 +31,8 @@ class ExplainError(ValueError):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="magma-explain", description=__doc__.split("\n\n")[0])
-    p.add_argument("memory", type=Path, help="a folder written by MagmaMemory.save")
+    p.add_argument("memory", type=Path, help="a folder written by MagmaMemory.save, or a persistent memory's "
+                   "store_dir/<namespace> folder (read-only, also while its writer runs)")
     p.add_argument("question")
     p.add_argument("--date", help='when the question is asked, e.g. "2023-05-08 13:56" (resolves "last week")')
     p.add_argument("--top", type=int, default=15, help="most salient events and best anchors shown (default 15)")
@@ -52,14 +56,16 @@ def run(args: argparse.Namespace) -> str:
         when = parse_timestamp(args.date) if args.date is not None else None
     except ValueError as err:
         raise ExplainError(f"--date: {err}") from None
-    try:
-        mem = MagmaMemory.load(args.memory)
-    except (FileNotFoundError, CorruptSaveError) as err:
-        raise ExplainError(f"cannot load memory: {err}") from None
+    mem, live = _open(args.memory)
     with mem:
         if len(mem.store) == 0:
             raise ExplainError(f"{args.memory}: the memory holds no events")
-        mem.consolidate()   # a saved slow-path queue: explain the memory as it is once consolidated
+        if live:   # its writer consolidates; a reader must not, nor wait for it
+            note = (f"{args.memory}: read-only, checkpoint + write-ahead log; {len(mem.store)} events, "
+                    f"{mem.worker.pending()} not consolidated yet (no entity or causal links)\n")
+        else:
+            mem.consolidate()   # a saved slow-path queue: explain the memory as it is once consolidated
+            note = ""
         r = mem.retrieve(args.question, when, args.budget_tokens)
         ex = explain(r, args.top, args.expansions, when, mem.retriever.cfg.active_signals, entity_names(mem.store, r))
     if args.svg:
@@ -74,7 +80,18 @@ def run(args: argparse.Namespace) -> str:
                 if not args.html:
                     _write(html, page.html)
                 screenshot(html, args.png, page.width, page.height)
-    return format_text(ex)
+    return note + format_text(ex)
+
+
+def _open(folder: Path) -> tuple[MagmaMemory, bool]:
+    """The memory in ``folder``, and whether it is a live namespace folder (opened read-only)."""
+    live = (folder / CHECKPOINT).is_dir() or (folder / WAL).is_file()
+    try:
+        if live:
+            return MagmaMemory.open_readonly(folder.resolve().parent, folder.resolve().name), True
+        return MagmaMemory.load(folder), False
+    except (OSError, ValueError) as err:   # missing, damaged, or (live) replaced during every read
+        raise ExplainError(f"cannot load memory: {err}") from None
 
 
 def _write(path: Path, text: str) -> None:

@@ -41,6 +41,29 @@ def _unframe(line: bytes) -> dict | None:
     return record if isinstance(record, dict) and isinstance(record.get("seq"), int) else None
 
 
+def read_records(path: Path) -> tuple[list[dict], int]:
+    """The complete records of the log at ``path`` and the bytes they take; a torn last line is left
+    out, not cut (reading never writes: a writer may be appending). Raises ``CorruptSaveError`` for
+    a damaged line with records after it."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    records, offset = [], 0
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        complete = number < len(lines)  # the piece after the last newline is unterminated
+        record = _unframe(line) if complete else None
+        if record is None:
+            if any(lines[number:]):
+                raise CorruptSaveError(f"{path}: line {number} is damaged (length/checksum mismatch) "
+                                       "and records follow it; the log was left as it is")
+            break  # a torn tail: the last append did not complete
+        records.append(record)
+        offset += len(line) + 1
+    return records, offset
+
+
 class WriteAheadLog:
     """Open (or create) the log at ``path``; ``records`` holds what it already contained.
     Numbering goes on after ``start_seq`` (the last record of the checkpoint) or after the
@@ -48,7 +71,7 @@ class WriteAheadLog:
 
     def __init__(self, path: str | os.PathLike, start_seq: int = 0):
         self.path = Path(path)
-        self.records, valid_bytes = self._read()
+        self.records, valid_bytes = read_records(self.path)
         created = not self.path.exists()
         # Unbuffered appends: a failed write leaves nothing queued in a buffer to land later.
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -58,25 +81,6 @@ class WriteAheadLog:
         if created:
             fsync_dir(self.path.parent)
         self.seq = max(start_seq, self.records[-1]["seq"] if self.records else 0)
-
-    def _read(self) -> tuple[list[dict], int]:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return [], 0
-        records, offset = [], 0
-        lines = data.split(b"\n")
-        for number, line in enumerate(lines, 1):
-            complete = number < len(lines)  # the piece after the last newline is unterminated
-            record = _unframe(line) if complete else None
-            if record is None:
-                if any(lines[number:]):
-                    raise CorruptSaveError(f"{self.path}: line {number} is damaged (length/checksum mismatch) "
-                                           "and records follow it; the log was left as it is")
-                break  # a torn tail: the last append did not complete
-            records.append(record)
-            offset += len(line) + 1
-        return records, offset
 
     def append(self, records: Iterable[dict]) -> int:
         """Write records (numbered here) and fsync once; returns the last sequence number."""
