@@ -24,7 +24,7 @@ from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.base import LLM
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
-from magma_torch.store import integrity, jsonl, persistence
+from magma_torch.store import integrity, jsonl, persistence, validity
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.wal import WriteAheadLog
 
@@ -191,7 +191,7 @@ class MagmaMemory:
 
     def _caps(self) -> dict:
         c = self.consolidation_config
-        keys = ("max_causal_per_event", "max_entities_per_event")
+        keys = ("max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event")
         return {k: c[k] for k in keys if c is not None and k in c}
 
     # ---- fast path ----
@@ -310,8 +310,10 @@ class MagmaMemory:
             rows, ts = self.store.events.rows[:n], self.store.events.timestamps.data[:n].tolist()
             episodes = self.store.events.episode.data[:n].tolist()
             status = self.worker.statuses(range(n))
+            later = self._superseders(n, ts)
         for i in sorted(range(n), key=lambda i: (ts[i], i)):
-            yield StoredEvent.from_row(i, rows[i], episodes[i], status[i])
+            yield StoredEvent.from_row(i, rows[i], episodes[i], status[i],
+                                       None if i not in later else (later[i], ts[later[i]]))
 
     def event(self, event_id: int) -> StoredEvent:
         """One stored event; ``UnknownEventError`` (a KeyError) when there is no such id."""
@@ -322,7 +324,15 @@ class MagmaMemory:
                                         if n else f"no event {event_id!r}: this memory is empty")
             row, episode = self.store.events.rows[event_id], int(self.store.events.episode.data[event_id])
             status = self.worker.statuses([event_id])[0]
-        return StoredEvent.from_row(event_id, row, episode, status)
+            later = self._superseders(n).get(event_id)
+            until = None if later is None else (later, self.store.events.rows[later].timestamp)
+        return StoredEvent.from_row(event_id, row, episode, status, until)
+
+    def _superseders(self, n: int, timestamps: list[float] | None = None) -> dict[int, int]:
+        """Event -> the first event that supersedes it (caller holds the store lock)."""
+        later, earlier, _ = self.store.graph.edges("supersedes")
+        ts = self.store.events.timestamps.data[:n] if timestamps is None else timestamps
+        return validity.superseders(later, earlier, ts, n)
 
     def export_jsonl(self, path: str | os.PathLike) -> None:
         """Write the memory as portable JSON lines (format: ``magma_torch.store.jsonl``): configs,
