@@ -310,10 +310,10 @@ class MagmaMemory:
             rows, ts = self.store.events.rows[:n], self.store.events.timestamps.data[:n].tolist()
             episodes = self.store.events.episode.data[:n].tolist()
             status = self.worker.statuses(range(n))
-            later = self._superseders(n, ts)
+            later = self._superseders(n)
         for i in sorted(range(n), key=lambda i: (ts[i], i)):
             yield StoredEvent.from_row(i, rows[i], episodes[i], status[i],
-                                       None if i not in later else (later[i], ts[later[i]]))
+                                       None if i not in later else (later[i][0], ts[later[i][0]]))
 
     def event(self, event_id: int) -> StoredEvent:
         """One stored event; ``UnknownEventError`` (a KeyError) when there is no such id."""
@@ -324,15 +324,14 @@ class MagmaMemory:
                                         if n else f"no event {event_id!r}: this memory is empty")
             row, episode = self.store.events.rows[event_id], int(self.store.events.episode.data[event_id])
             status = self.worker.statuses([event_id])[0]
-            later = self._superseders(n).get(event_id)
+            later = self._superseders(n).get(event_id, [None])[0]
             until = None if later is None else (later, self.store.events.rows[later].timestamp)
         return StoredEvent.from_row(event_id, row, episode, status, until)
 
-    def _superseders(self, n: int, timestamps: list[float] | None = None) -> dict[int, int]:
-        """Event -> the first event that supersedes it (caller holds the store lock)."""
+    def _superseders(self, n: int) -> dict[int, list[int]]:
+        """Event -> the events that supersede it, first first (caller holds the store lock)."""
         later, earlier, _ = self.store.graph.edges("supersedes")
-        ts = self.store.events.timestamps.data[:n] if timestamps is None else timestamps
-        return validity.superseders(later, earlier, ts, n)
+        return validity.superseders(later, earlier, self.store.events.timestamps.data, n)
 
     def export_jsonl(self, path: str | os.PathLike) -> None:
         """Write the memory as portable JSON lines (format: ``magma_torch.store.jsonl``): configs,

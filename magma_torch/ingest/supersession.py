@@ -98,8 +98,9 @@ class FactRules:
     def _fact(self, kind, keyed, keys, m: re.Match, p: Mapping, sentence: str, original: str) -> Fact | None:
         key = kind
         if keyed:
-            noun = m.group("key") if keys is None else next(
-                (n for n in map(self._singular, m.group("key").split()) if n in keys), None)
+            words = m.group("key").split()
+            noun = " ".join(words[:1] + [w for w in words[1:2] if w not in self.stops]) if keys is None else next(
+                (n for n in map(self._singular, words) if n in keys), None)
             if noun is None:
                 return None
             key = f"{kind}:{noun}"
@@ -143,10 +144,10 @@ class FactRules:
         return str(self.numbers.get(word, word))
 
     def same_value(self, a: str, b: str) -> bool:
-        """Two values name the same thing when they share a content word ("boston" and "a
-        suburb of boston"); counts must be equal."""
+        """Two values name the same thing when the content words of one are among the other's
+        ("boston" and "a suburb of boston", not "thai food" and "ethiopian food")."""
         wa, wb = set(a.split()) - self.skip - self.stops, set(b.split()) - self.skip - self.stops
-        return bool(wa & wb) or a == b
+        return a == b or bool(wa and wb) and (wa <= wb or wb <= wa)
 
 
 class UpdateTracker:
