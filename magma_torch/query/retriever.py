@@ -87,6 +87,8 @@ class RetrievedNode:
     score: float
     speaker: str | None
     tokens: int                        # tokens of the node's rendered block
+    valid_to: datetime | None = None   # when a later event superseded it (None: it still holds)
+    superseded_by: int | None = None   # that event
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,7 @@ class Retriever:
             starts = {ep: rows[int(snap.episode_first[ep])].timestamp for ep in set(episodes)}
             context, kept, blocks = linearize(ranked, intent, rows, causal, budget, episodes=episodes, starts=starts,
                                               notes=notes(ranked, later_of, rows), follows=follows)
-            nodes = [_node(rows, e, sc, blk.tokens) for (e, sc), blk in zip(scored, blocks)]
+            nodes = [_node(rows, e, sc, blk.tokens, later_of.get(e, [None])[0]) for (e, sc), blk in zip(scored, blocks)]
             paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
                      for i in idx if parent[i] >= 0]
             out.append(Retrieval(text, intent, windows[b], self._anchor_list(anchors, b), nodes, paths,
@@ -342,10 +344,11 @@ def _omitted(n: int) -> str:
     return f"…{n} earlier event{'s' if n != 1 else ''} left out to fit the context window…"
 
 
-def _node(rows, event: int, score: float, tokens: int) -> RetrievedNode:
+def _node(rows, event: int, score: float, tokens: int, superseded_by: int | None = None) -> RetrievedNode:
     r = rows[event]
+    until = None if superseded_by is None else datetime.fromtimestamp(rows[superseded_by].timestamp, timezone.utc)
     return RetrievedNode(event, r.text, datetime.fromtimestamp(r.timestamp, timezone.utc),
-                         [r.source_id] if r.source_id else [], score, r.speaker, tokens)
+                         [r.source_id] if r.source_id else [], score, r.speaker, tokens, until, superseded_by)
 
 
 def _relation_name(rel: int, via: int, snap: StoreSnapshot) -> str:
