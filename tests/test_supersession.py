@@ -110,7 +110,7 @@ def test_valid_time_and_the_context_mark(emb):
         assert supersedes(mem) == [(ids[3], ids[0])]
         old, new = mem.event(ids[0]), mem.event(ids[3])
         assert (old.valid_from, old.valid_to, old.superseded_by) == (old.timestamp, new.timestamp, ids[3])
-        assert new.valid_to is None and [e.valid_to for e in mem.events()][3] == new.timestamp
+        assert new.valid_to is None and [e.valid_to for e in mem.events()][0] == new.timestamp
         mem.check()
         now = mem.retrieve("Where does Ann live?", "2023-04-01")
         assert "(D0) Ann: I live in Boston with my two cats. [superseded 2023-03-02 by (D3)]" in now.context
