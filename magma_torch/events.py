@@ -34,14 +34,19 @@ class StoredEvent:
     status_reason: str                  # why it failed, or what the consolidator rejected ("" when nothing)
     dates: tuple[dict, ...]             # dates its text mentions, resolved: {expression, start, end, granularity, label}
     metadata: dict | None
-    # Valid time: the span in which what the event says holds. Supersession (a later event
-    # closing it) is not implemented yet, so every event is valid from its timestamp on.
+    # Valid time: the span in which what the event says holds, from its timestamp until the
+    # first later event that updates it (the ``supersedes`` relation); None: still current.
     valid_from: datetime
     valid_to: datetime | None = None
+    superseded_by: int | None = None    # id of that later event
 
     @classmethod
-    def from_row(cls, event: int, row: EventRow, episode: int, status: tuple[str, str]) -> "StoredEvent":
+    def from_row(cls, event: int, row: EventRow, episode: int, status: tuple[str, str],
+                 superseded_by: tuple[int, float] | None = None) -> "StoredEvent":
+        """``superseded_by``: (id, timestamp) of the first event that supersedes this one."""
         when = datetime.fromtimestamp(row.timestamp, timezone.utc)
+        later, until = (None, None) if superseded_by is None else (
+            superseded_by[0], datetime.fromtimestamp(superseded_by[1], timezone.utc))
         return cls(event, row.text, when, row.speaker, row.source_id, row.session_id, row.stream, episode,
                    status[0], status[1], copy.deepcopy(tuple(row.dates)), copy.deepcopy(row.metadata),
-                   valid_from=when)
+                   valid_from=when, valid_to=until, superseded_by=later)

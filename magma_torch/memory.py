@@ -27,7 +27,7 @@ from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.base import LLM
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
-from magma_torch.store import integrity, jsonl, live_read, persistence
+from magma_torch.store import integrity, jsonl, live_read, persistence, validity
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.wal import WriteAheadLog
 
@@ -205,7 +205,7 @@ class MagmaMemory:
 
     def _caps(self) -> dict:
         c = self.consolidation_config
-        keys = ("max_causal_per_event", "max_entities_per_event")
+        keys = ("max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event")
         return {k: c[k] for k in keys if c is not None and k in c}
 
     # ---- fast path ----
@@ -405,17 +405,22 @@ class MagmaMemory:
             rows, ts, ids = ev.rows[:n], ev.timestamps.data[:n].tolist(), ev.ids[:n]
             episodes = ev.episode.data[:n].tolist()
             status = self.worker.statuses(range(n))
+            later = self._superseders(n)
         for i in sorted(range(n), key=lambda i: (ts[i], ids[i])):
-            yield StoredEvent.from_row(ids[i], rows[i], episodes[i], status[i])
+            yield StoredEvent.from_row(ids[i], rows[i], episodes[i], status[i],
+                                       None if i not in later else (ids[later[i][0]], ts[later[i][0]]))
 
     def event(self, event_id: int) -> StoredEvent:
         """One stored event; ``UnknownEventError`` (a KeyError) when there is no such id (never
         given out, or forgotten)."""
         with self.store.lock:
             row = self._row(event_id)
-            episode = int(self.store.events.episode.data[row])
+            ev = self.store.events
+            episode = int(ev.episode.data[row])
             status = self.worker.statuses([row])[0]
-            return StoredEvent.from_row(event_id, self.store.events.rows[row], episode, status)
+            later = self._superseders(len(ev)).get(row, [None])[0]
+            until = None if later is None else (ev.ids[later], ev.rows[later].timestamp)
+            return StoredEvent.from_row(event_id, ev.rows[row], episode, status, until)
 
     def _row(self, event_id: int) -> int:
         """The row of stable id ``event_id`` (caller holds a store lock)."""
@@ -425,6 +430,11 @@ class MagmaMemory:
             raise UnknownEventError(f"no event {event_id!r} in this memory (forgotten, or never added)"
                                     if len(ev) else f"no event {event_id!r}: this memory is empty")
         return row
+
+    def _superseders(self, n: int) -> dict[int, list[int]]:
+        """Row -> the rows that supersede it, first first (caller holds the store lock)."""
+        later, earlier, _ = self.store.graph.edges("supersedes")
+        return validity.superseders(later, earlier, self.store.events.timestamps.data, n)
 
     def export_jsonl(self, path: str | os.PathLike) -> None:
         """Write the memory as portable JSON lines (format: ``magma_torch.store.jsonl``): configs,

@@ -229,7 +229,7 @@ def test_yaml_config_instantiates_the_defaults():
 def test_proposal_fields():
     _, props = run(CONVERSATION)
     assert [p.event_id for p in props] == list(range(len(CONVERSATION)))
-    assert [f.name for f in fields(props[0])] == ["event_id", "entities", "causal"]
+    assert [f.name for f in fields(props[0])] == ["event_id", "entities", "causal", "supersedes"]
 
 
 # Four explicit "because" sentences in a small made-up chat: each reason is tied to an earlier turn.

@@ -130,7 +130,7 @@ def test_one_generate_call_per_worker_batch(emb):
         assert mem.consolidator.usage is llm.usage
         assert llm.usage.calls == len(TURNS) and llm.usage.prompt_tokens > 0
         assert llm.schemas[0] == mem.consolidator.schema
-        assert set(llm.schemas[0]["properties"]) == {"causal", "entities"}
+        assert set(llm.schemas[0]["properties"]) == {"causal", "entities", "supersedes"}
     finally:
         mem.close()
 
@@ -391,7 +391,7 @@ def test_save_load_round_trip(emb, tmp_path):
     back = MagmaMemory.load(tmp_path / "m", embedder=emb, llm=llm)
     try:
         assert back.stats() == stats
-        assert back.consolidator.state_dict() == {"prompt_version": "v1"}
+        assert back.consolidator.state_dict() == {"prompt_version": "v2"}
         add_turns(back, TURNS[4:6], start=4)
         back.consolidate()
         assert all(s == "consolidated" for s, _ in back.worker.status.values())
@@ -455,3 +455,54 @@ def test_real_smollm2_over_demo_turns_produces_valid_edges(emb):
             mem.close()
     finally:
         llm.close()
+
+
+# ---------------------------------------------------------------- knowledge updates (prompt v2)
+
+def test_supersession_links_are_validated_capped_and_stored(emb):
+    """Only earlier events of the event's own prompt and stream, above delta, at most the cap;
+    what passes becomes a ``supersedes`` edge and the earlier event's valid_to."""
+    turns = [("Anna", "I live in Leeds."), ("Anna", "I work at the bakery."), ("Ben", "Nice."),
+             ("Anna", "I moved to York last week and I work at the library now.")]
+
+    def script(refs):
+        if refs["n0"] != turns[3][1]:
+            return {"causal": [], "entities": [], "supersedes": [{"earlier": "n0", "confidence": 0.9}]}  # self
+        r = {t: k for k, t in refs.items()}
+        leeds, bakery, nice = r[turns[0][1]], r[turns[1][1]], r[turns[2][1]]
+        return {"causal": [], "entities": [], "supersedes": [
+            {"earlier": "n42", "confidence": 0.9},          # not in the prompt
+            {"earlier": leeds, "confidence": 0.3},          # below delta
+            {"earlier": leeds, "confidence": 0.9},
+            {"earlier": bakery, "confidence": 0.8},
+            {"earlier": nice, "confidence": 0.6}]}          # over the cap of 2
+
+    llm = FakeLLM(script)
+    mem = make_mem(emb, llm)
+    try:
+        ids = add_turns(mem, turns)
+        add_turns(mem, [("Anna", "I live in Hull.")], stream="other", start=10)
+        mem.consolidate()
+        s, d, w = mem.store.graph.edges("supersedes")
+        assert sorted(zip(s.tolist(), d.tolist())) == [(ids[3], ids[0]), (ids[3], ids[1])]
+        reason = mem.event(ids[3]).status_reason
+        assert "'n42'" in reason and "below 0.5" in reason and "over the cap of 2" in reason
+        assert "self-loop" in mem.event(ids[0]).status_reason
+        assert mem.event(ids[0]).valid_to == mem.event(ids[3]).timestamp and mem.event(ids[0]).superseded_by == ids[3]
+        assert mem.event(ids[2]).valid_to is None
+        mem.check()
+    finally:
+        mem.close()
+
+
+def test_prompt_v1_asks_for_no_updates(emb):
+    llm = FakeLLM(lambda refs: {"causal": [], "entities": [], "supersedes": [{"earlier": "n1", "confidence": 1.0}]})
+    mem = make_mem(emb, llm, prompt_version="v1")
+    try:
+        add_turns(mem, TURNS[:3])
+        mem.consolidate()
+        assert "supersedes" not in llm.schemas[0]["properties"]
+        assert "supersedes" not in mem.consolidator.prompt(mem.consolidator.refs(ev(0, "a"), []))[0]["content"]
+        assert mem.store.graph.num_edges("supersedes") == 0
+    finally:
+        mem.close()

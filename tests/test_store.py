@@ -148,16 +148,17 @@ def _graph():
     g.add_edges("entity", torch.tensor([0, 1, 3, 3]), torch.tensor([0, 0, 1, 0]))
     g.add_edges("episode", torch.tensor([0, 1, 2, 3]), torch.tensor([0, 0, 1, 1]))
     g.add_edges("episode_chain", torch.tensor([0]), torch.tensor([1]))
+    g.add_edges("supersedes", torch.tensor([3]), torch.tensor([0]), torch.tensor([0.9]))
     return g
 
 
 def test_hetero_data_exposes_every_relation_and_the_reverse_hops():
-    """to_hetero_data: the six relations + reverse mentions and memberships, consistent shapes and values."""
+    """to_hetero_data: the seven relations + reverse mentions and memberships, consistent shapes and values."""
     g = _graph()
     data = g.to_hetero_data(4, 2, 2)
     assert set(data.edge_types) == set(EDGE_TYPES.values()) | {REVERSE_ENTITY, REVERSE_EPISODE}
     assert data["event"].num_nodes == 4 and data["entity"].num_nodes == 2 and data["episode"].num_nodes == 2
-    sizes = {"temporal": 3, "semantic": 2, "causal": 2, "entity": 4, "episode": 4, "episode_chain": 1}
+    sizes = {"temporal": 3, "semantic": 2, "causal": 2, "entity": 4, "episode": 4, "episode_chain": 1, "supersedes": 1}
     for rel, et in EDGE_TYPES.items():
         assert data[et].edge_index.shape == (2, sizes[rel])
         assert data[et].edge_index.dtype == torch.long

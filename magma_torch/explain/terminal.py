@@ -25,6 +25,9 @@ def describe_reason(ex: Explanation, n: ShownNode) -> str:
     if n.anchor_rank is not None:
         return f"anchor #{n.anchor_rank}"
     if n.reached_by is None:
+        older = [m for m in ex.nodes if m.node.superseded_by == n.node.id]
+        if older:
+            return f"the update of {event_ref(older[0].node)} (supersession)"
         return "listed without ranking (full-context memory)"
     e = n.reached_by
     kind, name = ex.hop(e.relation)
@@ -48,9 +51,9 @@ def _anchor_lines(ex: Explanation) -> list[str]:
 
 
 def _node_lines(ex: Explanation) -> list[str]:
-    rows = [["rank", "event", "time", "score", "ctx", "retrieved as", "text"]]
+    rows = [["rank", "event", "time", "valid until", "score", "ctx", "retrieved as", "text"]]
     for n in ex.nodes:
-        rows.append([str(n.rank), event_ref(n.node), _when(n.node.timestamp), f"{n.node.score:.3f}",
+        rows.append([str(n.rank), event_ref(n.node), _when(n.node.timestamp), _valid(n.node), f"{n.node.score:.3f}",
                      "yes" if n.in_context else "no", describe_reason(ex, n),
                      _short(f"{n.node.speaker}: {n.node.text}" if n.node.speaker else n.node.text)])
     more = f"; {ex.hidden_nodes} more not shown" if ex.hidden_nodes else ""
@@ -84,6 +87,11 @@ def _short(text: str) -> str:
 
 def _when(t: datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M")
+
+
+def _valid(node) -> str:
+    """"now" for a fact that still holds, else when (and by which event) it was superseded."""
+    return "now" if node.valid_to is None else f"{_when(node.valid_to)} (E{node.superseded_by})"
 
 
 def _window(w) -> str:

@@ -32,6 +32,9 @@ into one `Proposal`:
     clause restates an earlier turn of the window (lemma overlap >= `min_overlap`, at
     least `min_shared` shared content lemmas): that turn is the cause.
 
+- supersession links (later -> earlier event): knowledge updates of the same speaker about
+  the same attribute (``magma_torch.ingest.supersession``, rules in conf/supersession/).
+
 The proposer is stateful (names and lower-case words seen per stream, phrase counts,
 pending backfills) and `state_dict`/`load_state_dict` round-trip that state through JSON.
 """
@@ -41,10 +44,11 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from magma_torch.ingest import nlp
+from magma_torch.ingest.supersession import SupersessionLink, UpdateTracker
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class Proposal:
     event_id: int
     entities: list[EntityMention]
     causal: list[CausalLink]
+    supersedes: list[SupersessionLink] = field(default_factory=list)   # earlier facts this event updates
 
 
 # Defaults mirrored in conf/consolidation/heuristic.yaml (a test checks they agree).
@@ -233,7 +238,8 @@ class HeuristicConsolidator:
 
     def __init__(self, window: int = 6, min_phrase_count: int = 1, max_entities_per_event: int = 12,
                  max_causal_per_event: int = 3, min_overlap: float = 0.2,
-                 cues: Mapping[str, list[str]] | None = None, min_shared: int = 2, lead_words: int = 4):
+                 cues: Mapping[str, list[str]] | None = None, min_shared: int = 2, lead_words: int = 4,
+                 supersession: str | Mapping | None = "default"):
         self.window, self.min_phrase_count = window, min_phrase_count
         self.max_entities_per_event, self.max_causal_per_event = max_entities_per_event, max_causal_per_event
         self.min_overlap, self.min_shared, self.lead_words = min_overlap, min_shared, lead_words
@@ -244,6 +250,9 @@ class HeuristicConsolidator:
         self._room: dict[int, int] = {}                 # event id -> free entity slots, for events with pending phrases
         self._backfill: list[tuple[int, EntityMention]] = []
         self._parsed: OrderedDict[int, _Parsed] = OrderedDict()
+        # Knowledge updates (conf/supersession/<name>.yaml); None: no supersession links.
+        self.supersession = supersession
+        self._updates = None if supersession is None else UpdateTracker(supersession)
 
     def _compile(self) -> None:
         def rx(cues):
@@ -621,6 +630,8 @@ class HeuristicConsolidator:
             props[ev.id] = Proposal(ev.id, [], [])
             props[ev.id].entities = self._entities(ev, docs[ev.id], props)
             props[ev.id].causal = self._causal(ev, self._parsed[ev.id], windows[ev.id])
+            if self._updates is not None:
+                props[ev.id].supersedes = self._updates.observe(ev.id, ev.stream, ev.speaker, ev.text)
         # Only the recent windows are ever looked up again; bound the cache.
         while len(self._parsed) > 4096:
             self._parsed.popitem(last=False)
@@ -653,15 +664,20 @@ class HeuristicConsolidator:
         self._room = {moved(e): r for e, r in self._room.items() if moved(e) >= 0}
         self._backfill = [(moved(e), m) for e, m in self._backfill if moved(e) >= 0]
         self._parsed = OrderedDict((moved(e), p) for e, p in self._parsed.items() if moved(e) >= 0)
+        if self._updates is not None:
+            self._updates.renumber(moved)
 
     def state_dict(self) -> dict:
         """JSON-serialisable state; the parse cache is derived from event text and left out."""
         return {"streams": {k: s.to_json() for k, s in self._streams.items()},
                 "room": {str(k): v for k, v in self._room.items()},
-                "backfill": [[eid, asdict(m)] for eid, m in self._backfill]}
+                "backfill": [[eid, asdict(m)] for eid, m in self._backfill],
+                "updates": None if self._updates is None else self._updates.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self._streams = {k: _Stream.from_json(v) for k, v in state["streams"].items()}
         self._room = {int(k): v for k, v in state["room"].items()}
         self._backfill = [(eid, EntityMention(**m)) for eid, m in state["backfill"]]
         self._parsed.clear()
+        if self._updates is not None:   # a state from before supersession has none: facts start afresh
+            self._updates.load_state_dict(state.get("updates"))

@@ -32,6 +32,7 @@ import torch
 
 from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.heuristic import CausalLink, EntityMention, EventView, Proposal
+from magma_torch.ingest.supersession import SupersessionLink
 from magma_torch.store.store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,11 @@ class Consolidator(Protocol):
 class SlowPathWorker:
     def __init__(self, store: MemoryStore, embedder: Embedder, consolidator: Consolidator | None,
                  batch_size: int = 64, window: int = 6, max_causal_per_event: int = 3,
-                 max_entities_per_event: int = 12, background: bool = True):
+                 max_entities_per_event: int = 12, max_supersedes_per_event: int = 3, background: bool = True):
         self.store, self.embedder, self.consolidator = store, embedder, consolidator
         self.batch_size, self.window = batch_size, window
         self.max_causal_per_event, self.max_entities_per_event = max_causal_per_event, max_entities_per_event
+        self.max_supersedes_per_event = max_supersedes_per_event
         self.queue: deque[int] = deque()
         self.status: dict[int, tuple[str, str]] = {}
         self.busy_s = 0.0
@@ -231,10 +233,12 @@ class SlowPathWorker:
         n = len(self.store.events)
         mentions = [(e, m) for e, m in mentions if _node_id(e, n) is not None and isinstance(m.name, str)]
         causal = [(p.event_id, c) for p in proposals for c in p.causal[: self.max_causal_per_event]]
+        updates = [(p.event_id, u) for p in proposals
+                   for u in getattr(p, "supersedes", [])[: self.max_supersedes_per_event]]
         new_names = self._new_entity_names(mentions)
         name_emb = self.embedder.encode([surface for _, _, surface in new_names])
         with self.store.lock:
-            self._write(batch, mentions, causal, new_names, name_emb, failed, notes)
+            self._write(batch, mentions, causal, new_names, name_emb, failed, notes, updates)
 
     def _new_entity_names(self, mentions) -> list[tuple[str, str, str]]:
         seen, out = set(), []
@@ -299,7 +303,8 @@ class SlowPathWorker:
         return sorted(e for e in ids if e is not None)
 
     def _write(self, batch, mentions, causal: list[tuple[int, CausalLink]], new_names, name_emb: torch.Tensor,
-               failed: dict[int, str] | None = None, notes: dict[int, list[str]] | None = None) -> None:
+               failed: dict[int, str] | None = None, notes: dict[int, list[str]] | None = None,
+               updates: list[tuple[int, SupersessionLink]] = ()) -> None:
         store = self.store
         n = len(store.events)
         reasons: dict[int, list[str]] = {i: list(v) for i, v in (notes or {}).items()}
@@ -324,6 +329,14 @@ class SlowPathWorker:
                 continue
             store.graph.add_edges("causal", torch.tensor([int(link.cause)]), torch.tensor([int(link.effect)]),
                                   torch.tensor([float(link.confidence)]))
+        for proposer, link in updates:
+            problem = self._supersession_problem(proposer, link, n)
+            if problem:
+                reasons.setdefault(proposer, []).append(
+                    f"rejected supersession {link.later!r}->{link.earlier!r}: {problem}")
+                continue
+            store.graph.add_edges("supersedes", torch.tensor([int(link.later)]), torch.tensor([int(link.earlier)]),
+                                  torch.tensor([float(link.confidence)]))
         with self._cv:
             for i in batch:
                 if failed and i in failed:
@@ -344,6 +357,25 @@ class SlowPathWorker:
             return "duplicate"
         if g.causal_path_exists(effect, cause):
             return "would create a cycle"
+        return ""
+
+    def _supersession_problem(self, proposer: int, link: SupersessionLink, n: int) -> str:
+        """Why a proposed supersession may not be stored ("" when it may): only the proposing
+        event may update, and only an earlier event of its own stream."""
+        later, earlier = _node_id(link.later, n), _node_id(link.earlier, n)
+        if later is None or earlier is None:
+            return "unknown node"
+        if later != proposer:
+            return "only the proposing event can supersede"
+        if not isinstance(link.confidence, numbers.Real) or isinstance(link.confidence, bool) \
+                or not 0.0 < link.confidence <= 1.0:
+            return f"confidence {link.confidence!r} not in (0, 1]"
+        rows = self.store.events.rows
+        if earlier >= later or rows[earlier].stream != rows[later].stream \
+                or rows[earlier].timestamp > rows[later].timestamp:
+            return "not an earlier event of the same stream"
+        if self.store.graph.has_supersession(later, earlier):
+            return "duplicate"
         return ""
 
 

@@ -38,16 +38,17 @@ def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def render_block(event: int, row: EventRow, episode_start: float | None = None) -> str:
+def render_block(event: int, row: EventRow, episode_start: float | None = None, note: str = "") -> str:
     """One event as the reader sees it: time (unless it is its episode's start time),
     reference id, speaker, text, resolved dates (but for those that name the event's own
-    day, "today", which its shown time already gives)."""
+    day, "today", which its shown time already gives), and ``note`` (e.g. that a later
+    event superseded it)."""
     ref = row.source_id or f"E{event}"
     who = f"{row.speaker}: " if row.speaker else ""
     own_day = format_time(row.timestamp)[:10]
     dates = "; ".join(f"{d['expression']} = {d['label']}" for d in row.dates if d["label"] != own_day)
     when = "" if episode_start == row.timestamp else f"[{format_time(row.timestamp)}] "
-    return f"{when}({ref}) {who}{row.text}" + (f" (dates: {dates})" if dates else "")
+    return f"{when}({ref}) {who}{row.text}" + (f" (dates: {dates})" if dates else "") + (f" {note}" if note else "")
 
 
 def episode_header(start: float) -> str:
@@ -55,16 +56,20 @@ def episode_header(start: float) -> str:
 
 
 def render_blocks(events: list[int], rows: list[EventRow], episodes: list[int] | None = None,
-                  starts: dict[int, float] | None = None, ids: Sequence[int] | None = None) -> list[Block]:
+                  starts: dict[int, float] | None = None, ids: Sequence[int] | None = None,
+                  notes: dict[int, str] | None = None) -> list[Block]:
     """Blocks of ``events`` (rows) in salience order; with ``episodes`` (each event's episode) and
-    ``starts`` (each episode's start time) the first block of an episode carries its header's tokens.
-    ``ids``: each row's stable event id, shown as its reference (default: the row)."""
+    ``starts`` (each episode's start time) the first block of an episode carries its header's
+    tokens. ``ids``: each row's stable event id, shown as its reference (default: the row);
+    ``notes``: a mark per event, counted in its block's tokens."""
     ref = (lambda e: e) if ids is None else ids.__getitem__
+    notes = notes or {}
     if episodes is None:
-        return [Block(e, text, count_tokens(text)) for e in events for text in [render_block(ref(e), rows[e])]]
+        return [Block(e, text, count_tokens(text)) for e in events
+                for text in [render_block(ref(e), rows[e], note=notes.get(e, ""))]]
     out, headed = [], set()
     for e, ep in zip(events, episodes):
-        text = render_block(ref(e), rows[e], starts[ep])
+        text = render_block(ref(e), rows[e], starts[ep], notes.get(e, ""))
         extra = 0 if ep in headed else count_tokens(episode_header(starts[ep]))
         headed.add(ep)
         out.append(Block(e, text, count_tokens(text) + extra, ep))
@@ -96,12 +101,14 @@ def cut_block(b: Block, room: int) -> Block:
 
 
 def display_order(events: list[int], intent: str, rows: list[EventRow], causal: list[tuple[int, int]],
-                  episodes: list[int] | None = None) -> list[int]:
+                  episodes: list[int] | None = None, follows: dict[int, int] | None = None) -> list[int]:
     """The order events are shown in: by time for WHEN, causes first for WHY, else as given
     (salience). With ``episodes``, each episode's events are shown together, in time order
-    (WHY: causes first), the episodes by time (WHEN, WHY) or by their most salient event."""
+    (WHY: causes first), the episodes by time (WHEN, WHY) or by their most salient event.
+    ``follows`` (event -> the event that superseded it): such an event, with its episode, is
+    moved behind that one when the order put it ahead."""
     if episodes is None:
-        return _order(events, intent, rows, causal)
+        return _behind([[e] for e in _order(events, intent, rows, causal)], follows)
     members: dict[int, list[int]] = defaultdict(list)
     for e, ep in zip(events, episodes):
         members[ep].append(e)
@@ -109,7 +116,18 @@ def display_order(events: list[int], intent: str, rows: list[EventRow], causal: 
     if intent in ("WHEN", "WHY"):
         groups.sort(key=lambda g: min((rows[e].timestamp, e) for e in g))
     inner = "WHY" if intent == "WHY" else "WHEN"
-    return [e for g in groups for e in _order(g, inner, rows, causal)]
+    return _behind([_order(g, inner, rows, causal) for g in groups], follows)
+
+
+def _behind(groups: list[list[int]], follows: dict[int, int] | None) -> list[int]:
+    """The groups in order, each one holding an event of ``follows`` moved right behind the
+    group of the event it follows when it came before it (groups move, so an episode stays whole)."""
+    for e, later in (follows or {}).items():
+        at = {x: k for k, g in enumerate(groups) for x in g}
+        if e in at and later in at and at[e] < at[later]:
+            g = groups.pop(at[e])
+            groups.insert(at[later], g)          # at[later] is one less after the pop: right behind it
+    return [e for g in groups for e in g]
 
 
 def _order(events: list[int], intent: str, rows: list[EventRow], causal: list[tuple[int, int]]) -> list[int]:
@@ -134,16 +152,18 @@ def _order(events: list[int], intent: str, rows: list[EventRow], causal: list[tu
 
 def linearize(ranked: list[int], intent: str, rows: list[EventRow], causal: list[tuple[int, int]],
               budget_tokens: int | None, header: str = "", episodes: list[int] | None = None,
-              starts: dict[int, float] | None = None, ids: Sequence[int] | None = None
+              starts: dict[int, float] | None = None, ids: Sequence[int] | None = None,
+              notes: dict[int, str] | None = None, follows: dict[int, int] | None = None
               ) -> tuple[str, list[Block], list[Block]]:
     """Returns (context, the blocks in the context in salience order, the blocks of every
     ranked event in salience order, a cut one as it is shown); the context never exceeds
     ``budget_tokens`` unless the budget cannot hold ``header``, the cut mark and the brevity
-    codes. ``episodes``/``starts``/``ids``: see ``render_blocks``."""
-    blocks = render_blocks(ranked, rows, episodes, starts, ids)
+    codes. ``episodes``/``starts``/``ids``/``notes``: see ``render_blocks``; ``follows``:
+    ``display_order``."""
+    blocks = render_blocks(ranked, rows, episodes, starts, ids, notes)
     fixed = count_tokens(header)
     kept = select_within_budget(blocks, None if budget_tokens is None else budget_tokens - fixed)
-    order = display_order(ranked, intent, rows, causal, episodes)
+    order = display_order(ranked, intent, rows, causal, episodes, follows)
     # Brevity codes cost tokens too: give up the least salient block until everything fits.
     while budget_tokens is not None and len(kept) > 1:
         ids = {b.event for b in kept}

@@ -25,9 +25,11 @@ from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.linearize import cut_block, format_time, linearize, render_blocks
 from magma_torch.query.segment import top_ids
+from magma_torch.query.supersession import SupersessionConfig, notes, prefer_current
 from magma_torch.query.similarity import Similarity, SimilarityConfig
 from magma_torch.store.graph import TRAVERSED
 from magma_torch.store.store import StoreSnapshot
+from magma_torch.store.validity import superseders
 from magma_torch.text import count_tokens
 
 SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode", "speaker")
@@ -49,6 +51,7 @@ class RetrievalConfig:
     time_filter: bool = False         # the question's time window as a hard filter (paper): nothing outside it is retrieved
     score_dtype: str = "float32"
     mode: str = "graph"               # "graph": Algorithm 1; "full_context": all events, newest kept
+    supersession: SupersessionConfig = SupersessionConfig()
 
     @property
     def active_signals(self) -> tuple[str, ...]:
@@ -73,7 +76,8 @@ class RetrievalConfig:
         """From the ``retrieval`` block of a memory config, as plain containers."""
         return cls(**{**r, "beam": BeamConfig(**r["beam"]), "context": ContextConfig(**r["context"]),
                       "episode": EpisodeSignalConfig(**r.get("episode", {})),
-                      "similarity": SimilarityConfig(**r["similarity"])})
+                      "similarity": SimilarityConfig(**r["similarity"]),
+                      "supersession": SupersessionConfig(**r.get("supersession", {}))})
 
 @dataclass(frozen=True)
 class RetrievedNode:
@@ -84,6 +88,8 @@ class RetrievedNode:
     score: float
     speaker: str | None
     tokens: int                        # tokens of the node's rendered block
+    valid_to: datetime | None = None   # when a later event superseded it (None: it still holds)
+    superseded_by: int | None = None   # that event
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class Retriever:
         rows = cfg.intent_weights if cfg.use_intent else {i: cfg.intent_weights["uniform"] for i in INTENTS}
         self.weights = relation_weights(rows, INTENTS)
         self.dtype = getattr(torch, cfg.score_dtype)
+        self.past = cfg.supersession.past_pattern()
         if cfg.mode not in ("graph", "full_context"):
             raise ValueError(f"unknown retrieval mode {cfg.mode!r}; options: ['graph', 'full_context']")
 
@@ -268,6 +275,7 @@ class Retriever:
         """Retrievals from the visited set; with ``filter_windows`` (epoch windows) expansions
         outside their question's window are left out too."""
         rows, causal = snap.rows, list(zip(*(t.tolist() for t in snap.causal_edges)))
+        later_of = superseders(*snap.supersedes, snap.timestamps, snap.num_events)
         order = salience_order(res)
         if filter_windows is not None and order.numel():
             of_query = [filter_windows[i] for i in res.query[order].tolist()]
@@ -280,13 +288,18 @@ class Retriever:
         out = []
         for b, text in enumerate(questions):
             idx = per_query[b]
-            ranked = [node[i] for i in idx]
+            past = self.past is not None and bool(self.past.search(text))
+            scored, follows = prefer_current([(node[i], score[i]) for i in idx], later_of, rows,
+                                             self.cfg.supersession, past,
+                                             None if windows[b] is None else _utc(windows[b][1]))
+            ranked = [e for e, _ in scored]
             intent = INTENTS[int(intents[b])]
             episodes = snap.episode_of[ranked].tolist() if ranked else []
             starts = {ep: rows[int(snap.episode_first[ep])].timestamp for ep in set(episodes)}
             context, kept, blocks = linearize(ranked, intent, rows, causal, budget, episodes=episodes, starts=starts,
-                                              ids=snap.event_ids)
-            nodes = [_node(rows, node[i], score[i], blk.tokens) for i, blk in zip(idx, blocks)]
+                                              ids=snap.event_ids, notes=notes(ranked, later_of, rows),
+                                              follows=follows)
+            nodes = [_node(rows, e, sc, blk.tokens, later_of.get(e, [None])[0]) for (e, sc), blk in zip(scored, blocks)]
             paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
                      for i in idx if parent[i] >= 0]
             out.append(Retrieval(text, intent, windows[b], self._anchor_list(anchors, b), nodes, paths,
@@ -335,7 +348,8 @@ def _with_event_ids(r: Retrieval, ids: list[int]) -> Retrieval:
     once a forget has compacted the rows)."""
     return dataclasses.replace(
         r, anchors=[dataclasses.replace(a, id=ids[a.id]) for a in r.anchors],
-        nodes=[dataclasses.replace(n, id=ids[n.id]) for n in r.nodes],
+        nodes=[dataclasses.replace(n, id=ids[n.id], superseded_by=None if n.superseded_by is None
+                                   else ids[n.superseded_by]) for n in r.nodes],
         paths=[dataclasses.replace(p, src=ids[p.src], dst=ids[p.dst]) for p in r.paths],
         context_ids=[ids[i] for i in r.context_ids])
 
@@ -344,10 +358,11 @@ def _omitted(n: int) -> str:
     return f"…{n} earlier event{'s' if n != 1 else ''} left out to fit the context window…"
 
 
-def _node(rows, event: int, score: float, tokens: int) -> RetrievedNode:
+def _node(rows, event: int, score: float, tokens: int, superseded_by: int | None = None) -> RetrievedNode:
     r = rows[event]
+    until = None if superseded_by is None else datetime.fromtimestamp(rows[superseded_by].timestamp, timezone.utc)
     return RetrievedNode(event, r.text, datetime.fromtimestamp(r.timestamp, timezone.utc),
-                         [r.source_id] if r.source_id else [], score, r.speaker, tokens)
+                         [r.source_id] if r.source_id else [], score, r.speaker, tokens, until, superseded_by)
 
 
 def _relation_name(rel: int, via: int, snap: StoreSnapshot) -> str:

@@ -49,7 +49,7 @@ def without(saved: SavedStore, drop: Collection[int], detach: Collection[int] = 
     out["events.prev"], out["events.next"] = prev, _successors(prev)
     free = alive.clone()               # rows that keep their derived edges
     free[detach_t] = False
-    for rel in ("semantic", "causal"):
+    for rel in ("semantic", "causal", "supersedes"):   # links of forgotten or corrected events go
         s, d, w = _edges(t, rel)
         ok = free[s] & free[d]
         out.update(_as_edges(rel, new_row[s[ok]], new_row[d[ok]], w[ok]))

@@ -2,7 +2,8 @@
 
 Four relations join events (temporal, semantic, causal, and event-entity mentions); two
 more give the episode hierarchy (paper Sec. 3.2): event -> episode membership and the
-temporal chain of a stream's episodes.
+temporal chain of a stream's episodes. ``supersedes`` (later event -> the earlier event whose
+fact it updates, weight = confidence) gives valid time: it is stored, never walked.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from torch_geometric.data import HeteroData
 from magma_torch.store.csr import CSRSnapshot, IncrementalCSR
 from magma_torch.store.growable import GrowableTensor
 
-RELATIONS = ("temporal", "semantic", "causal", "entity", "episode", "episode_chain")
+RELATIONS = ("temporal", "semantic", "causal", "entity", "episode", "episode_chain", "supersedes")
 # The relations the beam search walks, each with its intent weight w[T_q, r] (query/beam.py):
 # entity and episode hops go event -> entity / episode -> event.
 TRAVERSED = RELATIONS[:5]
@@ -28,6 +29,7 @@ EDGE_TYPES = {
     "entity": ("event", "mentions", "entity"),
     "episode": ("event", "in_episode", "episode"),
     "episode_chain": ("episode", "precedes", "episode"),
+    "supersedes": ("event", "supersedes", "event"),
 }
 REVERSE_ENTITY = ("entity", "rev_mentions", "event")
 REVERSE_EPISODE = ("episode", "rev_in_episode", "event")
@@ -66,6 +68,7 @@ class MultiGraph:
         self._episode_event = IncrementalCSR(device)
         self._causal_out: dict[int, set[int]] = defaultdict(set)
         self._mentions: set[tuple[int, int]] = set()
+        self._supersessions: set[tuple[int, int]] = set()
 
     # ---- writes (ingest and consolidation only) ----
     def add_edges(self, relation: str, src: torch.Tensor, dst: torch.Tensor,
@@ -86,9 +89,11 @@ class MultiGraph:
         elif relation == "causal":
             for c, e in zip(src.tolist(), dst.tolist()):
                 self._causal_out[c].add(e)
+        elif relation == "supersedes":
+            self._supersessions.update(zip(src.tolist(), dst.tolist()))
 
     def _add_views(self, relation: str, src: torch.Tensor, dst: torch.Tensor) -> None:
-        if relation not in REL_ID:  # the episode chain is stored, not walked
+        if relation not in REL_ID:  # the episode chain and supersession are stored, not walked
             return
         rel = torch.full_like(src, REL_ID[relation])
         if relation == "entity":
@@ -102,6 +107,9 @@ class MultiGraph:
 
     def has_mention(self, event: int, entity: int) -> bool:
         return (event, entity) in self._mentions
+
+    def has_supersession(self, later: int, earlier: int) -> bool:
+        return (later, earlier) in self._supersessions
 
     def has_causal(self, cause: int, effect: int) -> bool:
         return effect in self._causal_out.get(cause, ())
@@ -170,6 +178,8 @@ class MultiGraph:
             elif rel == "causal":
                 for c, e in removed:
                     self._causal_out[c].discard(e)
+            elif rel == "supersedes":
+                self._supersessions.difference_update(removed)
         self._rebuild_views()
 
     def _rebuild_views(self) -> None:

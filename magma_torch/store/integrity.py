@@ -10,6 +10,8 @@
   (``prev``/``next`` agree, timestamps never go backwards) and every event but a
   stream's first has exactly one;
 - causal: no self-loops, no duplicates, no cycle;
+- supersession: a later event of the same stream (ingest order and time) updates an earlier
+  one, at most once per pair;
 - episodes: every event is in one episode of its stream, an episode is a run of consecutive
   events of its stream (first .. last, size), the membership edges say the same, the episode
   chain joins each stream's episodes in order, and episode embeddings sum their members';
@@ -36,7 +38,7 @@ def problems(store: MemoryStore) -> list[str]:
         out = _counts(store)
         if out:  # the checks below index columns by event id
             return out
-        return (out + _edges(store) + _temporal(store) + _causal(store) + _episodes(store) + _views(store)
+        return (out + _edges(store) + _temporal(store) + _causal(store) + _supersession(store) + _episodes(store) + _views(store)
                 + _derived(store))
 
 
@@ -110,6 +112,15 @@ def _causal(store: MemoryStore) -> list[str]:
         ts.prepare()
     except CycleError as err:
         out.append(f"causal cycle through events {err.args[1]}")
+    return out
+
+
+def _supersession(store: MemoryStore) -> list[str]:
+    src, dst, _ = store.graph.edges("supersedes")
+    rows, pairs = store.events.rows, list(zip(src.tolist(), dst.tolist()))
+    out = [f"supersession {s} -> {d}: not a later event of the same stream" for s, d in pairs
+           if s <= d or rows[s].stream != rows[d].stream or rows[s].timestamp < rows[d].timestamp]
+    out += [f"supersession {p[0]} -> {p[1]} appears {k} times" for p, k in Counter(pairs).items() if k > 1]
     return out
 
 

@@ -11,7 +11,8 @@ One JSON object per line, told apart by ``type``, in this order:
   ``metadata``), ``embedding``, ``date_span`` ([start, end] epoch seconds of the mentioned
   dates, null when none), temporal-chain ``prev``/``next`` (-1: none), ``episode``, and the
   slow path's ``status`` ([status, reason]);
-- ``edges``, one per relation of ``magma_torch.store.graph.RELATIONS``: ``src``, ``dst``, ``weight``;
+- ``edges``, one per relation of ``magma_torch.store.graph.RELATIONS``: ``src``, ``dst``, ``weight``
+  (``supersedes``: later event -> the earlier one it updates, which gives the events' valid time);
 - ``entity``, one per entity node: ``id``, ``name``, ``kind``, ``surface``, ``embedding``;
 - ``episode``, one per episode node: ``id``, ``first``, ``last``, ``size``, ``sums`` (the summed
   member embeddings);
@@ -193,7 +194,8 @@ class _Reader:
     def finish(self) -> SavedStore:
         if not self.ended:
             raise self._fail("no end line: the file is cut off")
-        missing = sorted(set(RELATIONS) - set(self.edges))
+        # Exports from before supersession have no such edges: none were made.
+        missing = sorted(set(RELATIONS) - set(self.edges) - {"supersedes"})
         if missing or self.slow_path is None:
             raise self._fail(f"no {'edges for ' + ', '.join(missing) if missing else 'slow_path line'}")
         long, f32 = torch.long, torch.float32

@@ -42,6 +42,7 @@ class StoreSnapshot:
     episode_sums: torch.Tensor        # [num_episodes, d] summed member embeddings (the open ones may still grow)
     episode_keyword_index: KeywordIndex
     event_ids: list[int]              # row -> stable event id (shared, append-only; read only [:num_events])
+    supersedes: tuple[torch.Tensor, torch.Tensor]  # (later, earlier) event of each supersession
 
     def episode_embeddings(self) -> torch.Tensor:
         """[num_episodes, d] unit episode embeddings."""
@@ -84,13 +85,14 @@ class MemoryStore:
         with self.lock:
             n, m, p = len(self.events), len(self.entities), len(self.episodes)
             s, d, _ = self.graph.edges("causal")
+            later, earlier, _ = self.graph.edges("supersedes")
             return StoreSnapshot(n, m, p, self.events.embeddings.data, self.events.scan_embeddings.data,
                                  self.events.timestamps.data, self.events.date_spans.data,
                                  self.events.prev.data, self.events.chain_dots.data, self.events.next.data,
                                  self.graph.snapshot(n, m, p), self.events.rows, self.entities.names,
                                  self.vector_index, self.keyword_index, (s, d), self.events.episode.data,
                                  self.events.speaker.data, self.events.speaker_names, self.episodes.first.data,
-                                 self.episodes.sums.data, self.episode_keywords, self.events.ids)
+                                 self.episodes.sums.data, self.episode_keywords, self.events.ids, (later, earlier))
 
     def adopt(self, other: "MemoryStore") -> None:
         """Take ``other``'s contents (a rebuilt copy of this store, e.g. after a forget); the caller

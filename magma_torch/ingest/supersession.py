@@ -1,0 +1,207 @@
+"""Knowledge updates for the heuristic consolidator: which earlier events a new one supersedes.
+
+``FactRules`` reads first-person attribute statements (residence, employer, role, partner,
+counts of pets/children/possessions, favourites) out of an event's text with the patterns of
+``conf/supersession/<name>.yaml`` (the file documents the rules). ``UpdateTracker`` remembers,
+per stream, speaker and attribute key, the events that state the current value; when a later
+event of the same speaker states another value with a change cue ("now", "moved", "no
+longer", ...), it supersedes them: a ``SupersessionLink`` later -> earlier, which the worker
+validates and stores as a ``supersedes`` edge (the earlier event's valid time ends there).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from magma_torch.config import conf_root
+
+
+@dataclass(frozen=True)
+class SupersessionLink:
+    later: int              # event id of the update
+    earlier: int            # event id whose fact it ends
+    confidence: float       # in (0, 1]
+    cue: str                # what triggered it, e.g. "residence: moved"
+
+
+@dataclass(frozen=True)
+class Fact:
+    key: str                # "residence", "count:cat", "favourite:food", ...
+    value: str              # normalised value; "" for a negation that names none
+    change: bool            # the pattern states a change ("moved to")
+    cued: bool              # a change cue is in its sentence ("now")
+    negates: bool           # it ends a fact rather than stating one
+    cue: str
+
+
+def load_rules(rules: str | Mapping) -> dict:
+    """The rules of ``conf/supersession/<rules>.yaml``, or a mapping of the same shape."""
+    if isinstance(rules, str):
+        file = conf_root() / "supersession" / f"{rules}.yaml"
+        if not file.is_file():
+            raise ValueError(f"unknown supersession rules {rules!r}: no conf/supersession/{rules}.yaml")
+        return OmegaConf.to_container(OmegaConf.create(file.read_text()), resolve=True)
+    return OmegaConf.to_container(OmegaConf.create(dict(rules)), resolve=True)
+
+
+def _words(words) -> re.Pattern:
+    alt = "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True))
+    return re.compile(rf"\b(?:{alt})\b")
+
+
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_CLAUSE_END = re.compile(r"[.,;:!?()\"\[\]]|\s[-–—]\s")
+_WORD = re.compile(r"[a-z0-9][a-z0-9'&.-]*")
+
+
+class FactRules:
+    """Compiled rules: ``facts(text)`` lists the attribute statements of a text."""
+
+    def __init__(self, rules: Mapping):
+        self.rules = dict(rules)
+        self.confidence = dict(rules["confidence"])
+        self.max_per_event = int(rules["max_per_event"])
+        self.value_words = int(rules["value_words"])
+        self.numbers = {str(k): int(v) for k, v in rules["number_words"].items()}
+        self.plurals = dict(rules["plurals"])
+        self.cues, self.hedges = _words(rules["change_cues"]), _words(rules["hedges"])
+        self.skip, self.stops = set(rules["value_skip"]), set(rules["value_stops"])
+        self.kinds = []
+        for kind, spec in rules["kinds"].items():
+            keys = set(spec.get("keys") or ()) or None
+            for p in spec["patterns"]:
+                try:
+                    rx = re.compile(p["pattern"])
+                except re.error as err:
+                    raise ValueError(f"supersession rules: kinds.{kind}: bad pattern {p['pattern']!r}: {err}") from None
+                self.kinds.append((kind, bool(spec.get("key")), keys, rx, p))
+
+    def facts(self, text: str) -> list[Fact]:
+        low = text.replace("’", "'").replace("‘", "'").lower()
+        out = []
+        for sent in _SENTENCE.finditer(low):
+            s = sent.group(0)
+            if s.rstrip().endswith("?"):
+                continue
+            for kind, keyed, keys, rx, p in self.kinds:
+                for m in rx.finditer(s):
+                    if self.hedges.search(s[:m.start()].split(",")[-1]):
+                        continue
+                    fact = self._fact(kind, keyed, keys, m, p, s, text[sent.start():sent.end()])
+                    if fact is not None:
+                        out.append(fact)
+        return out
+
+    def _fact(self, kind, keyed, keys, m: re.Match, p: Mapping, sentence: str, original: str) -> Fact | None:
+        key = kind
+        if keyed:
+            words = m.group("key").split()
+            noun = " ".join(words[:1] + [w for w in words[1:2] if w not in self.stops]) if keys is None else next(
+                (n for n in map(self._singular, words) if n in keys), None)
+            if noun is None:
+                return None
+            key = f"{kind}:{noun}"
+        if "fixed" in p:
+            value = str(p["fixed"])
+        elif "value" in m.re.groupindex:
+            value = self._count(m.group("value")) if kind == "count" else self._clean(m.group("value").split())
+        else:
+            value = self._after(sentence, m.end())
+            if value and p.get("capitalised") and not original[m.end():m.end() + 1].isupper():
+                return None
+        negates = bool(p.get("negates"))
+        if not value and not negates:
+            return None
+        return Fact(key, value, bool(p.get("change")), bool(self.cues.search(sentence)), negates,
+                    f"{kind}: {m.group(0).strip()[:40]}")
+
+    def _after(self, sentence: str, start: int) -> str:
+        clause = sentence[start:]
+        end = _CLAUSE_END.search(clause)
+        words = _WORD.findall(clause[:end.start()] if end else clause)
+        kept = []
+        for w in words:
+            if w in self.stops and kept:
+                break
+            if w in self.skip and not kept:
+                continue
+            kept.append(w.rstrip("."))
+        return self._clean(kept[: self.value_words])
+
+    def _clean(self, words: list[str]) -> str:
+        while words and words[0] in self.skip:
+            words = words[1:]
+        return " ".join(words).strip(" '-")
+
+    def _singular(self, word: str) -> str:
+        word = self.plurals.get(word, word)
+        return word[:-1] if word.endswith("s") and not word.endswith("ss") else word
+
+    def _count(self, word: str) -> str:
+        return str(self.numbers.get(word, word))
+
+    def same_value(self, a: str, b: str) -> bool:
+        """Two values name the same thing when the content words of one are among the other's
+        ("boston" and "a suburb of boston", not "thai food" and "ethiopian food")."""
+        wa, wb = set(a.split()) - self.skip - self.stops, set(b.split()) - self.skip - self.stops
+        return a == b or bool(wa and wb) and (wa <= wb or wb <= wa)
+
+
+class UpdateTracker:
+    """Per stream, speaker and key: the events stating the current value (state_dict: JSON)."""
+
+    def __init__(self, rules: str | Mapping):
+        self.rules = FactRules(load_rules(rules))
+        self._current: dict[str, dict[str, list]] = {}   # "stream\x1fspeaker" -> key -> [value, [event ids]]
+
+    def observe(self, event: int, stream: str, speaker: str | None, text: str) -> list[SupersessionLink]:
+        """Record event ``event``'s facts; returns the links to the earlier events it supersedes
+        (events are observed in id order; at most ``max_per_event``, the most recent first)."""
+        if speaker is None:
+            return []
+        facts = self.rules.facts(text)
+        current = self._current.setdefault(f"{stream}\x1f{speaker}", {})
+        links: dict[int, SupersessionLink] = {}
+        conf = self.rules.confidence
+        for f in facts:
+            value, holders = current.get(f.key, ("", []))
+            earlier = [e for e in holders if e != event]
+            differs = not self.rules.same_value(f.value, value) if f.value else True
+            if f.negates:
+                if earlier and (not f.value or self.rules.same_value(f.value, value)):
+                    for e in earlier:
+                        links.setdefault(e, SupersessionLink(event, e, conf["negates"], f.cue))
+                    current.pop(f.key, None)
+                continue
+            if holders and not differs:
+                if event not in holders:
+                    holders.append(event)
+                continue
+            if earlier and (f.change or f.cued):
+                strength = conf["change"] if f.change else conf["cue"]
+                for e in earlier:
+                    links.setdefault(e, SupersessionLink(event, e, strength, f.cue))
+            current[f.key] = [f.value, [event]]
+        ranked = sorted(links.values(), key=lambda l: -l.earlier)
+        return ranked[: self.rules.max_per_event]
+
+    def renumber(self, moved) -> None:
+        """Events were renumbered (``moved(old)``: the new id, -1 when forgotten or rewritten):
+        a fact stated only by such events is no longer current."""
+        for current in self._current.values():
+            for key, (value, holders) in list(current.items()):
+                kept = [j for j in map(moved, holders) if j >= 0]
+                if kept:
+                    current[key] = [value, kept]
+                else:
+                    del current[key]
+
+    def state_dict(self) -> dict:
+        return {"current": self._current}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self._current = {k: {key: [v[0], list(v[1])] for key, v in d.items()}
+                         for k, d in ((state or {}).get("current") or {}).items()}
