@@ -125,6 +125,20 @@ def test_valid_time_and_the_context_mark(emb):
         mem.close()
 
 
+def test_forgetting_the_update_makes_the_earlier_fact_current_again(emb):
+    mem, ids = build(emb)
+    try:
+        mem.consolidate()
+        mem.forget(ids=[ids[1]])                   # an unrelated event: the link survives the renumbering
+        assert mem.event(ids[0]).superseded_by == ids[3]
+        mem.forget(ids=[ids[3]])
+        assert supersedes(mem) == [] and mem.event(ids[0]).valid_to is None
+        assert "superseded" not in mem.retrieve("Where does Ann live?", "2023-04-01").context
+        mem.check()
+    finally:
+        mem.close()
+
+
 def test_without_supersession_the_order_is_salience(emb):
     cfg = load_group("memory", "magma")
     cfg.slow_path.background = False

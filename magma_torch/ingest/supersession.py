@@ -190,14 +190,17 @@ class UpdateTracker:
 
     def renumber(self, moved) -> None:
         """Events were renumbered (``moved(old)``: the new id, -1 when forgotten or rewritten):
-        a fact stated only by such events is no longer current."""
-        for current in self._current.values():
+        a fact stated only by such events is no longer current, and a speaker left with no current
+        fact is not kept (the name alone would survive the forget)."""
+        for who, current in list(self._current.items()):
             for key, (value, holders) in list(current.items()):
                 kept = [j for j in map(moved, holders) if j >= 0]
                 if kept:
                     current[key] = [value, kept]
                 else:
                     del current[key]
+            if not current:
+                del self._current[who]
 
     def state_dict(self) -> dict:
         return {"current": self._current}
