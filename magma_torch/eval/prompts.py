@@ -11,7 +11,7 @@ from datetime import datetime
 
 from magma_torch.eval.datasets.longmemeval import QUESTION_TYPES
 
-ANSWER_PROMPT_VERSION = "magma-answer-v1"
+ANSWER_PROMPT_VERSION = "magma-answer-v2"
 JUDGE_PROMPT_VERSION = "locomo-judge-v1"
 LONGMEMEVAL_JUDGE_PROMPT_VERSION = "longmemeval-judge-v1"
 NOT_MENTIONED = "Not mentioned in the conversation."
@@ -19,11 +19,12 @@ NOT_MENTIONED = "Not mentioned in the conversation."
 INTENT_INSTRUCTIONS = {
     "WHY": ("This is a WHY question. The memory blocks are shown with causes before their effects. "
             "Explain the cause using that causal order: name the event or reason that led to what "
-            "the question asks about, in one or two short sentences."),
+            "the question asks about, in one short sentence."),
     "WHEN": ("This is a WHEN question. Every memory block starts with the date it was said on. Resolve "
              "relative expressions (\"yesterday\", \"last week\", \"next month\") against the date of the "
-             "block they appear in, not against today, and answer with an absolute date "
-             "(e.g. \"7 May 2023\", \"the week before 9 June 2023\", \"2022\")."),
+             "block they appear in, not against today, and answer with an absolute date written in words "
+             "(e.g. \"7 May 2023\", \"the week before 9 June 2023\", \"2022\"), never in digits: for a block "
+             "dated [2023-05-08 13:56] that says \"yesterday\", answer \"7 May 2023\", not \"2023-05-07\"."),
     "ENTITY": ("This is a question about a fact, person, object or place. Answer with the concise fact "
                "itself (a name, a list of items, a number, yes/no), without explanation."),
 }
@@ -34,7 +35,7 @@ Memory (one block per turn: [date time] (turn id) speaker: text):
 {context}
 
 {instructions}
-Answer briefly, in a short phrase where possible. If the memory does not contain the answer, reply exactly: {not_mentioned}
+Answer with the shortest phrase that answers the question (a few words, not a full sentence). Each block names who said it: if the question says a person did something that the memory shows only for someone else, or the memory does not contain the answer, reply exactly: {not_mentioned}
 
 Question date: {date}
 Question: {question}

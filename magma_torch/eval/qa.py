@@ -1,6 +1,6 @@
 """Question answering over retrieved contexts, and the LLM judge (task=qa).
 
-Both run batched: one ``LLM.generate`` call for all questions of a conversation. A failed
+Both run batched: one ``LLM.generate`` call per chunk of a conversation's questions. A failed
 generation never stops a run: the answer is recorded as "" with its error, scores 0, and is
 counted; a failed verdict is recorded as ``None`` (left out of the judge mean) and counted.
 """

@@ -12,13 +12,18 @@
 - adversarial (category 5): 1 when the prediction contains "not mentioned" or
   "no information available", else 0. The dataset's ``adversarial_answer`` (stored in
   ``Question.gold``) is the trap answer and is never matched against.
+
+``paired_bootstrap`` gives the confidence interval of a score difference between two runs
+over the same questions.
 """
 from __future__ import annotations
 
 import re
 import string
 from collections import Counter
+from collections.abc import Sequence
 
+import numpy as np
 from nltk.stem import PorterStemmer
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
@@ -90,3 +95,16 @@ def bleu1(prediction: str, reference: str | None) -> float | None:
         return 0.0
     return float(sentence_bleu([ref], pred, weights=(1, 0, 0, 0),
                                smoothing_function=SmoothingFunction().method1))
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10_000, seed: int = 0,
+                     level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``a - b`` over paired items (the same questions, in the same order) and its
+    percentile bootstrap interval: each resample draws items with replacement, the same
+    draw for both systems. Returns (difference, low, high)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if len(a) != len(b) or d.ndim != 1 or not len(d):
+        raise ValueError(f"paired_bootstrap needs two equally long, non-empty score lists, got {len(a)} and {len(b)}")
+    draws = np.random.default_rng(seed).integers(0, len(d), size=(resamples, len(d)), dtype=np.int32)
+    low, high = np.quantile(d[draws].mean(axis=1), [(1 - level) / 2, (1 + level) / 2])
+    return float(d.mean()), float(low), float(high)

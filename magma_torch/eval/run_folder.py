@@ -1,6 +1,7 @@
 """A run folder that can be resumed: what is finished is on disk, and only a finished run has metrics.json.
 
-- ``predictions.jsonl``: one line per answered question, flushed per memory (sample);
+- ``predictions.jsonl``: one line per answered question, flushed per memory (sample), and with
+  task=qa per chunk of ``task.answer_chunk`` answered questions;
 - ``samples.jsonl``: one line per finished memory with its build counters, written after
   that memory's predictions, so a memory listed here has all its questions above;
 - ``metrics.json``: written atomically, last. Its presence is what marks a run finished;
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from magma_torch.store.persistence import fsync_dir, write_synced
 
 # Settings that may change between a run and its resumption: they do not change the results.
-RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective")
+RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective", "task.answer_chunk")
 SHOWN_CHANGES = 3    # differing settings a refusal names
 _UNSET = object()
 
@@ -107,12 +108,14 @@ class RunFolder:
     def done_questions(self) -> set[str]:
         return {r["question_id"] for r in self.rows}
 
-    def append(self, rows: list[dict], build: dict) -> None:
-        """Record one memory's new predictions, then the memory itself as finished."""
+    def append(self, rows: list[dict], build: dict | None = None) -> None:
+        """Record new predictions of one memory, then, with ``build``, the memory itself as finished."""
         for row in rows:
             self._pred.write(json.dumps(row) + "\n")
         self._sync(self._pred)
         self.rows.extend(rows)
+        if build is None:
+            return
         self._samples.write(json.dumps(build) + "\n")
         self._sync(self._samples)
         self.builds[build["sample_id"]] = build

@@ -118,13 +118,18 @@ def summarise(rows: list[dict], task, keys: list[str]) -> dict:
 
 
 def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) -> None:
-    """task=qa: answer every question of one conversation in one batch, score, judge in one batch."""
+    """task=qa: answer the questions in one batch, score, judge in one batch. Each row gets its
+    share of the two batches' wall time (``answer_s``, ``judge_s``)."""
+    t0 = time.perf_counter()
     answers = answer_questions(results, qs, reader, max_tokens=task.get("answer_max_tokens", 128),
                                temperature=task.get("answer_temperature", 0.0))
+    t1 = time.perf_counter()
     kinds = ["abstention" if q.abstention else q.category for q in qs]   # picks the judge prompt
     verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], kinds,
                              answers, max_tokens=task.get("judge_max_tokens", 16)) if judge is not None else None
+    t2 = time.perf_counter()
     for i, (row, q, a) in enumerate(zip(rows, qs, answers)):
+        row["answer_s"], row["judge_s"] = (t1 - t0) / len(qs), (t2 - t1) / len(qs)
         row["prediction"] = a.prediction
         # A failed answer scores 0 (it is counted in answering.failed, never left out).
         row.update(score_answer(a.prediction, q.gold, q.category))
@@ -141,17 +146,18 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
 
 
 def _cost_block(rows: list[dict], prefix: str, calls: int, failed: int) -> dict:
-    """Totals and per-question means of the ``<prefix>_*_tokens`` columns."""
+    """Totals and per-question means of the ``<prefix>_*_tokens`` and ``<prefix>_s`` columns."""
     n = len(rows)
     pt = sum(r.get(f"{prefix}_prompt_tokens", 0) for r in rows)
     ct = sum(r.get(f"{prefix}_completion_tokens", 0) for r in rows)
+    seconds = sum(r.get(f"{prefix}_s", 0.0) for r in rows)
 
     def per_question(x: float) -> float:
         return x / n if n else 0.0
 
-    return {"calls": calls, "prompt_tokens": pt, "completion_tokens": ct, "failed": failed,
+    return {"calls": calls, "prompt_tokens": pt, "completion_tokens": ct, "failed": failed, "seconds": seconds,
             "per_question": {"calls": per_question(calls), "prompt_tokens": per_question(pt),
-                             "completion_tokens": per_question(ct)}}
+                             "completion_tokens": per_question(ct), "seconds": per_question(seconds)}}
 
 
 def llm_costs(rows: list[dict]) -> tuple[dict, dict]:
@@ -179,6 +185,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
+    if qa and not (isinstance(cfg.task.get("answer_chunk"), int) and cfg.task.answer_chunk >= 1):
+        raise ConfigError(f"task.answer_chunk must be a whole number >= 1, got {cfg.task.get('answer_chunk')!r}")
     d = cfg.dataset
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
     check_limit(limit)   # before the dataset is read
@@ -312,10 +320,16 @@ def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: i
                     mem.worker.cancel()  # the memory is thrown away: closing it must not consolidate the rest
                     raise
             rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
-            if reader is not None and qs:
-                bar.set_postfix_str(f"answer {len(qs)} questions")
-                with interruptible():
-                    answer_rows(rows, qs, results, reader, judge, cfg.task)
+            if reader is not None:
+                # answered and flushed a chunk at a time: a stopped run keeps every finished chunk
+                chunk = cfg.task.answer_chunk
+                for start in range(0, len(qs), chunk):
+                    part = slice(start, start + chunk)
+                    bar.set_postfix_str(f"answer {start + 1}-{min(start + chunk, len(qs))}/{len(qs)}")
+                    with interruptible():
+                        answer_rows(rows[part], qs[part], results[part], reader, judge, cfg.task)
+                    folder.append(rows[part])
+                rows = []
             folder.append(rows, build)
     return selected
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .base import Generation, LLMUnavailable, Prompt
+from .models import check_model_file
 from .openai_backend import OpenAIBackend
 
 log = logging.getLogger(__name__)
@@ -61,9 +62,7 @@ class LlamaCppServer:
                  startup_timeout_s: float = 120.0, log_path: str | os.PathLike | None = None,
                  extra_args: Sequence[str] = ()):
         require_llama_cpp_server()
-        self.model_path = Path(model_path) if model_path else bundled_smollm2()
-        if not self.model_path.is_file():
-            raise LLMUnavailable(f"llamacpp backend: model file {self.model_path} does not exist")
+        self.model_path = check_model_file(model_path) if model_path else bundled_smollm2()
         self.host, self.port, self.alias = host, port or _free_port(), alias
         self.url = f"http://{host}:{self.port}/v1"
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--host", host,

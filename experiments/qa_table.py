@@ -1,0 +1,84 @@
+"""The QA benchmark table (+experiment=qa_small) from its run folders, as Markdown.
+
+    python experiments/qa_table.py [experiments/results/qa_small] [--out experiments/results/qa_small.md]
+
+Reads every finished run folder <root>/<memory>/ (metrics.json; predictions.jsonl for the
+paired bootstrap). F1, BLEU-1 and the judge are over categories 1-4, as metrics.json's
+`overall`; adversarial questions (category 5) are scored apart: LoCoMo's rule (the answer says
+"not mentioned") and the judge. Tokens and seconds are per question, reader and judge apart.
+Below the table: the F1 difference of --compare A B with its paired bootstrap 95 % interval.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from magma_torch.eval.compare import CompareError, paired_difference
+
+ORDER = ("magma", "magma_paper", "magma_no_context", "hybrid_rag", "full_context")
+COLUMNS = ("memory", "n", "F1", "BLEU-1", "judge", "adversarial: rule / judge", "reader tokens/q: prompt / completion",
+           "judge tokens/q: prompt / completion", "s/q: reader + judge", "failed answers")
+
+
+def number(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def cost(block: dict) -> tuple[str, str]:
+    """(prompt / completion tokens, seconds) per question of an answering or judging block."""
+    per = block.get("per_question", {})
+    return (f"{number(per.get('prompt_tokens'), 0)} / {number(per.get('completion_tokens'), 1)}",
+            number(per.get("seconds"), 1))
+
+
+def row(metrics: dict) -> list[str]:
+    overall, adversarial = metrics["overall"], metrics["by_category"].get("adversarial", {})
+    (reader_tokens, reader_s), (judge_tokens, judge_s) = cost(metrics["answering"]), cost(metrics["judging"])
+    return [metrics["memory"], str(metrics["n_questions"]), number(overall.get("f1")), number(overall.get("bleu1")),
+            number(overall.get("judge")), f"{number(adversarial.get('f1'))} / {number(adversarial.get('judge'))}",
+            reader_tokens, judge_tokens, f"{reader_s} + {judge_s}", str(metrics["answering"]["failed"])]
+
+
+def table(root: Path, compare: tuple[str, str], resamples: int, seed: int) -> str:
+    runs = {}
+    for path in sorted(root.glob("*/metrics.json")):
+        metrics = json.loads(path.read_text())
+        if "answering" not in metrics:
+            raise CompareError(f"{path.parent}: not a task=qa run")
+        runs[metrics["memory"]] = (path.parent, metrics)
+    if not runs:
+        raise CompareError(f"{root}: no finished run folder (<memory>/metrics.json) below it")
+    names = [m for m in ORDER if m in runs] + sorted(set(runs) - set(ORDER))
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row(runs[m][1])) + " |" for m in names]
+    a, b = compare
+    if a in runs and b in runs:
+        d = paired_difference(runs[a][0], runs[b][0], "f1", resamples, seed)
+        lines += ["", f"F1 {a} − {b}: {d['difference']:+.3f}, 95 % interval [{d['low']:+.3f}, {d['high']:+.3f}] "
+                      f"(paired bootstrap over the {d['n']} questions of categories 1-4, {resamples:,} resamples, "
+                      f"seed {seed})"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("root", nargs="?", type=Path, default=Path("experiments/results/qa_small"))
+    ap.add_argument("--out", type=Path, help="write the table here too")
+    ap.add_argument("--compare", nargs=2, default=("magma", "hybrid_rag"), metavar=("A", "B"))
+    ap.add_argument("--resamples", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    try:
+        text = table(args.root, tuple(args.compare), args.resamples, args.seed)
+    except CompareError as err:
+        print(f"qa_table: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

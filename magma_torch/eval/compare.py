@@ -1,0 +1,43 @@
+"""Two QA run folders over the same questions: the paired bootstrap interval of a score
+difference (experiments/qa_table.py). Reads finished folders only and never writes them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from magma_torch.eval.qa_metrics import paired_bootstrap
+
+# left out as in metrics.json's `overall`: their F1 is LoCoMo's abstention rule, reported apart
+EXCLUDED = {"adversarial"}
+
+
+class CompareError(ValueError):
+    """Run folders that cannot be compared; the message names the folder."""
+
+
+def read_predictions(folder: Path) -> dict[str, dict]:
+    """The question rows of a finished run (one with metrics.json), by question id."""
+    folder = Path(folder)
+    if not (folder / "metrics.json").is_file():
+        raise CompareError(f"{folder}: no metrics.json (not a finished run)")
+    path = folder / "predictions.jsonl"
+    if not path.is_file():
+        raise CompareError(f"{folder}: no predictions.jsonl")
+    return {r["question_id"]: r for r in map(json.loads, path.read_text().splitlines()) if r}
+
+
+def paired_difference(folder_a: Path, folder_b: Path, key: str = "f1", resamples: int = 10_000,
+                      seed: int = 0) -> dict:
+    """``key`` of run a minus run b over their non-adversarial questions, with its 95 % paired
+    bootstrap interval. Both runs must hold the same questions."""
+    a, b = read_predictions(folder_a), read_predictions(folder_b)
+    if a.keys() != b.keys():
+        raise CompareError(f"{folder_a} and {folder_b} hold different questions ({len(a.keys() ^ b.keys())} "
+                           "in only one): compare runs over the same questions")
+    ids = sorted(q for q, r in a.items() if r["category"] not in EXCLUDED and r.get(key) is not None
+                 and b[q].get(key) is not None)
+    if not ids:
+        raise CompareError(f"{folder_a}: no question with a {key} score in both runs")
+    diff, low, high = paired_bootstrap([a[q][key] for q in ids], [b[q][key] for q in ids], resamples, seed)
+    return {"key": key, "n": len(ids), "difference": diff, "low": low, "high": high, "resamples": resamples,
+            "seed": seed}

@@ -1,0 +1,96 @@
+"""The paired bootstrap (qa_metrics.paired_bootstrap, eval/compare.py) and experiments/qa_table.py
+on small synthetic QA run folders."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from magma_torch.eval.compare import CompareError, paired_difference
+from magma_torch.eval.qa_metrics import paired_bootstrap
+
+QA_TABLE = Path(__file__).resolve().parents[1] / "experiments" / "qa_table.py"
+
+
+def test_identical_or_constantly_shifted_scores_have_a_point_interval():
+    a = [0.2, 0.9, 0.4, 0.0]
+    assert paired_bootstrap(a, a) == (0.0, 0.0, 0.0)
+    diff, low, high = paired_bootstrap([x + 0.1 for x in a], a)
+    assert diff == pytest.approx(0.1) and low == pytest.approx(0.1) and high == pytest.approx(0.1)
+
+
+def test_the_interval_is_seeded_and_matches_the_normal_approximation():
+    rng = np.random.default_rng(7)
+    b = rng.random(400)
+    a = np.clip(b + rng.normal(0.05, 0.2, 400), 0, 1)
+    diff, low, high = paired_bootstrap(a, b, resamples=10_000, seed=3)
+    assert paired_bootstrap(a, b, resamples=10_000, seed=3) == (diff, low, high)
+    assert paired_bootstrap(a, b, resamples=10_000, seed=4) != (diff, low, high)
+    half = 1.96 * np.std(a - b, ddof=1) / np.sqrt(400)          # pairing: the spread of the differences
+    assert low < diff < high and (high - low) / 2 == pytest.approx(half, rel=0.1)
+    # unpaired resampling would be far wider: the pairing is what the interval uses
+    assert (high - low) / 2 < 0.5 * 1.96 * np.sqrt((np.var(a) + np.var(b)) / 400)
+
+
+def test_unequal_lists_are_refused():
+    with pytest.raises(ValueError, match="equally long"):
+        paired_bootstrap([1.0, 0.0], [1.0])
+
+
+def make_run(root: Path, memory: str, f1: dict[str, float], questions=None):
+    """A finished QA run folder: question ids -> F1 (ids ending in 'adv' are adversarial)."""
+    folder = root / memory
+    folder.mkdir(parents=True)
+    rows = [{"question_id": q, "category": "adversarial" if q.endswith("adv") else "single-hop", "f1": v}
+            for q, v in f1.items()]
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scored = [r["f1"] for r in rows if r["category"] != "adversarial"]
+    block = {"per_question": {"prompt_tokens": 1200.0, "completion_tokens": 9.5, "seconds": 21.25}}
+    metrics = {"memory": memory, "n_questions": len(rows),
+               "overall": {"f1": sum(scored) / len(scored), "bleu1": 0.25, "judge": 0.5},
+               "by_category": {"adversarial": {"f1": 1.0, "judge": 0.5}},
+               "answering": {**block, "failed": 1}, "judging": block}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    return folder
+
+
+def test_the_difference_pairs_questions_by_id_and_leaves_adversarial_out(tmp_path):
+    a = make_run(tmp_path, "magma", {"q1": 1.0, "q2": 0.5, "q3": 0.0, "q4adv": 1.0})
+    b = make_run(tmp_path, "hybrid_rag", {"q3": 0.0, "q2": 0.25, "q1": 0.5, "q4adv": 0.0})   # other order
+    d = paired_difference(a, b, resamples=1000)
+    assert d["n"] == 3 and d["difference"] == pytest.approx(0.25)
+    assert d["low"] <= d["difference"] <= d["high"] and d["high"] <= 0.5 and d["low"] >= 0.0
+
+
+def test_runs_over_other_questions_or_unfinished_runs_are_refused(tmp_path):
+    a = make_run(tmp_path, "magma", {"q1": 1.0, "q2": 0.5})
+    b = make_run(tmp_path, "hybrid_rag", {"q1": 1.0, "q3": 0.5})
+    with pytest.raises(CompareError, match="hold different questions"):
+        paired_difference(a, b)
+    (b / "metrics.json").unlink()
+    with pytest.raises(CompareError, match=f"{b}: no metrics.json"):
+        paired_difference(a, b)
+
+
+def test_qa_table_writes_every_memory_and_the_interval(tmp_path):
+    root = tmp_path / "qa_small"
+    make_run(root, "hybrid_rag", {"q1": 0.5, "q2": 0.25, "q3adv": 0.0})
+    make_run(root, "magma", {"q1": 1.0, "q2": 0.5, "q3adv": 1.0})
+    out = tmp_path / "table.md"
+    proc = subprocess.run([sys.executable, str(QA_TABLE), str(root), "--out", str(out)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = out.read_text().splitlines()
+    assert lines[2].startswith("| magma | 3 | 0.750 | 0.250 | 0.500 | 1.000 / 0.500 | 1200 / 9.5 | 1200 / 9.5 | "
+                               "21.2 + 21.2 | 1 |")
+    assert lines[3].startswith("| hybrid_rag | 3 | 0.375 |")
+    assert lines[-1].startswith("F1 magma − hybrid_rag: +0.375, 95 % interval [+0.250, +0.500]")
+    assert "over the 2 questions of categories 1-4, 10,000 resamples, seed 0" in lines[-1]
+
+
+def test_qa_table_names_an_empty_folder(tmp_path):
+    proc = subprocess.run([sys.executable, str(QA_TABLE), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"qa_table: error: {tmp_path}: no finished run folder " \
+                                                           "(<memory>/metrics.json) below it"
