@@ -12,7 +12,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ANSWER = json.dumps({"causal": [{"cause": "n1", "effect": "n0", "confidence": 0.9}], "entities": []})
+ANSWER = json.dumps({"causal": [{"cause": "n1", "effect": "n0", "confidence": 0.9}], "entities": [], "supersedes": []})
 
 
 def main() -> None:
