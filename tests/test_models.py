@@ -12,6 +12,7 @@ from magma_torch.llm import models
 from magma_torch.llm.base import LLMUnavailable
 from magma_torch.llm.llamacpp_backend import LlamaCppServer
 from magma_torch.llm.models import ModelError, ModelSpec, assemble, check_model_file
+from magma_torch.testing import assert_no_run
 
 PARTS = [models.GGUF_MAGIC + b"-head-"] + [f"<part {n}>".encode() for n in range(2, 12)]   # 11: part10 < part2 as text
 WHOLE = b"".join(PARTS)
@@ -96,4 +97,4 @@ def test_a_run_with_a_damaged_model_stops_in_one_line_before_writing(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"magma-run: error: model file {model} is 7 bytes") and last.endswith("`make models`")
-    assert not out.exists()
+    assert_no_run(out)

@@ -17,6 +17,7 @@ from magma_torch.eval.qa import Answer, answer_questions, judge_answers
 from magma_torch.eval import runner
 from magma_torch.eval.runner import run
 from magma_torch.ingest.embedder import Embedder
+from magma_torch.testing import assert_no_run
 from scripted_llm import ScriptedLLM
 
 TURNS = [
@@ -193,7 +194,7 @@ def test_qa_without_llm_fails_fast_in_one_line(tmp_path):
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("magma-run: error: task=qa needs an llm") and "Traceback" not in proc.stderr
-    assert not out.exists()
+    assert_no_run(out)
 
 
 def qa_config(out, *overrides):
