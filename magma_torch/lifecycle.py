@@ -1,13 +1,18 @@
-"""Forget and update: taking events out of a memory, or correcting one, in every structure.
+"""Forget, update and backfill: taking events out of a memory, correcting one, or inserting some
+in the past, in every structure.
 
-Both rebuild the store from a capture of itself (``store.compact``) and swap the rebuilt
+Each rebuilds the store from a capture of itself (``store.compact``) and swap the rebuilt
 contents in under the store lock: a reader's snapshot keeps the old objects, which are never
 written again, and every snapshot taken after the swap has no trace of what was removed.
 Rows are renumbered densely; the stable event ids users hold (``EventTable.ids``) are kept,
 and a forgotten id is never given out again.
 
+A backfill (``add(..., backfill=True)`` with events older than their stream's last one) is the
+same rebuild with the events inserted at their places (``backfill_rows``).
+
 The write-ahead-log records (``forget_record``, ``update_record``) name events by stable id,
-so a replay finds the same rows the original call found.
+so a replay finds the same rows the original call found; a backfill's record
+(``PreparedBatch.to_record``) holds the ids it gives out.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from datetime import datetime
 import torch
 
 from magma_torch.events import UnknownEventError
-from magma_torch.ingest import fast_path
+from magma_torch.ingest import backfill, fast_path
 from magma_torch.ingest.temporal import parse_timestamp
 from magma_torch.store import compact, persistence
 from magma_torch.store.tables import EventRow, date_span
@@ -102,11 +107,29 @@ def update_row(mem, row: int, new: EventRow, embedding: torch.Tensor) -> int:
     return row
 
 
+def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
+    """Insert the batch's events at their places in their streams (``ingest.backfill``), with fresh
+    ids; each gets semantic edges to its nearest earlier events and is queued for consolidation.
+    Returns their rows, in batch order. Same locks as ``forget_rows``."""
+    store, n = mem.store, len(mem.store)
+    ids = range(store.events.next_id, store.events.next_id + len(batch.rows))
+    saved, tokens = _captured(mem)
+    placed = backfill.place(saved.events, saved.tensors["events.episode"].tolist(),
+                            saved.tensors["episodes.first"].numel(), batch.rows, mem.fast_cfg.episodes)
+    c = compact.inserted(saved, batch.rows, batch.embeddings, ids, placed)
+    _adopt(mem, c, tokens + store.keyword_index.tokenize([fast_path.embed_text(r, mem.fast_cfg) for r in batch.rows]))
+    rows = c.new_row[n:]
+    _tell_consolidator(mem, c.new_row, set(), set())
+    for r, emb in zip(rows, batch.embeddings.to(store.device)):   # each by itself: the rows need not be consecutive
+        fast_path.link_semantic(store, [r], emb[None], mem.fast_cfg)
+    mem.worker.renumber(c.new_row, requeue=sorted(rows))
+    return rows
+
+
 def _rebuild(mem, drop: list[int], detach: Iterable[int] = (),
              replaced: dict[int, tuple[EventRow, torch.Tensor]] | None = None) -> compact.Compacted:
     store = mem.store
-    saved = persistence.capture_store(store, {})
-    tokens = [store.keyword_index.tokens(i) for i in range(len(store))]
+    saved, tokens = _captured(mem)
     t = saved.tensors
     for row, (new, emb) in (replaced or {}).items():
         saved.events[row] = new
@@ -115,10 +138,25 @@ def _rebuild(mem, drop: list[int], detach: Iterable[int] = (),
         t["events.date_spans"][row] = torch.tensor(date_span(new), dtype=torch.float64)
         tokens[row] = store.keyword_index.tokenize([fast_path.embed_text(new, mem.fast_cfg)])[0]
     c = compact.without(saved, drop, detach)
-    rebuilt = mem.new_store()
-    persistence.load_store(c.saved, rebuilt, None, tokens=[tokens[i] for i, j in enumerate(c.new_row) if j >= 0])
-    store.adopt(rebuilt)
+    _adopt(mem, c, tokens)
     return c
+
+
+def _captured(mem) -> tuple[persistence.SavedStore, list[list[str]]]:
+    """The store's contents and each row's keyword tokens (kept, not re-tokenised)."""
+    store = mem.store
+    return persistence.capture_store(store, {}), [store.keyword_index.tokens(i) for i in range(len(store))]
+
+
+def _adopt(mem, c: compact.Compacted, tokens: list[list[str]]) -> None:
+    """Load the rebuilt capture into a new store and swap it in (``tokens``: per captured row)."""
+    ordered: list[list[str]] = [[] for _ in c.saved.events]
+    for i, j in enumerate(c.new_row):
+        if j >= 0:
+            ordered[j] = tokens[i]
+    rebuilt = mem.new_store()
+    persistence.load_store(c.saved, rebuilt, None, tokens=ordered)
+    mem.store.adopt(rebuilt)
 
 
 def _tell_consolidator(mem, new_row: list[int], gone: set[int], streams: set[str]) -> None:
@@ -142,8 +180,14 @@ def update_record(event_id: int, row: EventRow, embedding: torch.Tensor) -> dict
 
 
 def replay(mem, record: dict) -> None:
-    """Apply a logged forget or update (caller: ingest lock, worker paused, store lock)."""
+    """Apply a logged forget, update or backfill (caller: ingest lock, worker paused, store lock)."""
     ev = mem.store.events
+    if record["op"] == "backfill":
+        if record["first"] != ev.next_id:
+            raise persistence.CorruptSaveError(f"record {record['seq']} (backfill) gives out ids from "
+                                               f"{record['first']}, the memory's next id is {ev.next_id}")
+        backfill_rows(mem, fast_path.PreparedBatch.from_record(record, mem.store))
+        return
     named = record["ids"] if record["op"] == "forget" else [record["id"]]
     unknown = [i for i in named if i not in ev.row_of]
     if unknown:

@@ -135,7 +135,7 @@ class MagmaMemory:
         for rec in records:
             if rec["seq"] <= checkpoint_seq:  # already in the checkpoint (a crash before the log was emptied)
                 continue
-            if rec.get("op") in ("forget", "update"):
+            if rec.get("op") in ("forget", "update", "backfill"):
                 try:
                     with self.store.ingest_lock, self.worker.paused(), self.store.lock:
                         lifecycle.replay(self, rec)
@@ -151,7 +151,7 @@ class MagmaMemory:
         self._since_checkpoint = len(records)
 
     def _log(self, batch: fast_path.PreparedBatch) -> None:
-        self._wal.append([batch.to_record(len(self.store))])
+        self._wal.append([batch.to_record(self.store)])
         self._since_checkpoint += 1
 
     def checkpoint(self) -> None:
@@ -210,19 +210,33 @@ class MagmaMemory:
 
     # ---- fast path ----
     def add(self, text: str, timestamp, speaker: str | None = None, source_id: str | None = None,
-            session_id: str | None = None, metadata: Mapping | None = None, stream: str | None = None) -> int:
-        """Add one event; returns its id (the existing id when ``source_id`` is known)."""
+            session_id: str | None = None, metadata: Mapping | None = None, stream: str | None = None, *,
+            backfill: bool = False) -> int:
+        """Add one event; returns its id (the existing id when ``source_id`` is known). ``backfill``:
+        see ``add_many``."""
         rec = {"text": text, "timestamp": timestamp, "speaker": speaker, "source_id": source_id,
                "session_id": session_id, "metadata": metadata, "stream": stream}
-        return self.add_many([{k: v for k, v in rec.items() if v is not None or k in ("text", "timestamp")}])[0]
+        return self.add_many([{k: v for k, v in rec.items() if v is not None or k in ("text", "timestamp")}],
+                             backfill=backfill)[0]
 
-    def add_many(self, records: Iterable[Mapping]) -> list[int]:
-        """Batched fast path; validates the whole batch first, then writes it."""
+    def add_many(self, records: Iterable[Mapping], *, backfill: bool = False) -> list[int]:
+        """Batched fast path; validates the whole batch first, then writes it.
+
+        A record older than its stream's last event is refused (``IngestError``), unless
+        ``backfill``: then, when the batch holds such a record, all its new events are inserted
+        at their places in their streams' temporal chains (``magma_torch.ingest.backfill``) in
+        one rebuild of the store, like ``update``'s (time linear in the store's size); a batch
+        in time order is appended as without it. Durable like an add."""
         self._check_writable()
         ids, _ = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg,
-                                  journal=None if self._wal is None else self._log, submit=self.worker.submit)
+                                  journal=None if self._wal is None else self._log, submit=self.worker.submit,
+                                  insert=self._insert if backfill else None)
         self._checkpoint_when_due()
         return ids
+
+    def _insert(self, batch: fast_path.PreparedBatch) -> list[int]:
+        with self.worker.paused(), self.store.lock:
+            return lifecycle.backfill_rows(self, batch)
 
     def _check_writable(self) -> None:
         if self._read_only_view_of is not None:

@@ -236,7 +236,8 @@ def test_backwards_is_per_stream_and_equal_timestamps_are_fine(mem):
     mem.add_many([rec("a1", "2023-05-08 10:00", stream="a"), rec("a2", "2023-05-08 10:00", stream="a"),
                   rec("b1", "2023-05-01 10:00", stream="b")])
     assert mem.stats()["events"] == 3
-    with pytest.raises(IngestError, match=r"backwards.*'b'"):
+    with pytest.raises(IngestError, match=r"backwards in stream 'b' \(last event 2023-05-01T10:00:00\); "
+                                          r"pass backfill=True"):
         mem.add("b0", "2023-04-30", stream="b")
 
 

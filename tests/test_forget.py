@@ -302,7 +302,7 @@ def test_a_far_future_event_stored_before_the_horizon_can_be_forgotten(emb, tmp_
         mem.add("Booked for 2035.", "2023-01-01", stream="s")
         stuck = mem.add("The far future.", far, stream="s")
     with MagmaMemory(store_dir=tmp_path, embedder=emb, device="cpu") as mem:   # today's horizon
-        with pytest.raises(IngestError, match="goes backwards"):
+        with pytest.raises(IngestError, match="goes backwards in stream .s. .*pass backfill=True"):
             mem.add("Today.", datetime.now(timezone.utc), stream="s")
         assert mem.forget(ids=stuck).ids == (stuck,)
         mem.add("Today.", datetime.now(timezone.utc), stream="s")

@@ -77,11 +77,17 @@ def _running_sum(sums: dict, episodes, ep: int, first_new: int) -> torch.Tensor 
     return episodes.sums.data[ep] if ep < first_new else 0
 
 
+def continues(prev_row, row, cfg: EpisodeConfig) -> bool:
+    """Whether ``row`` may follow ``prev_row`` (its stream predecessor) in one episode as far as
+    sessions and time go: not another session, no gap longer than ``max_gap_hours``."""
+    if prev_row.session_id is not None and row.session_id is not None and prev_row.session_id != row.session_id:
+        return False
+    return row.timestamp - prev_row.timestamp <= cfg.max_gap_hours * 3600
+
+
 def _starts_episode(prev_row, row, current: int, size: dict, sums: dict, episodes, first_new: int,
                     embedding: torch.Tensor, cfg: EpisodeConfig) -> bool:
-    if prev_row.session_id is not None and row.session_id is not None and prev_row.session_id != row.session_id:
-        return True
-    if row.timestamp - prev_row.timestamp > cfg.max_gap_hours * 3600:
+    if not continues(prev_row, row, cfg):
         return True
     if cfg.topic_shift <= 0 or size[current] < cfg.min_events:
         return False

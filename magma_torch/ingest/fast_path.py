@@ -52,8 +52,10 @@ def _record_name(i: int, rec: Mapping) -> str:
     return f"record {i}" + (f" (source_id={sid!r})" if sid is not None else "")
 
 
-def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) -> tuple[list[EventRow], list[int | None]]:
-    """Turn raw records into rows. Returns (new rows, per-record existing id or None)."""
+def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig,
+             backfill: bool = False) -> tuple[list[EventRow], list[int | None], bool]:
+    """Turn raw records into rows. Returns (new rows, per-record existing id or None, whether a
+    new row is older than its stream's last event: refused unless ``backfill``)."""
     from magma_torch.ingest.temporal import resolve_dates  # lazy: dateparser, text records only
 
     rows: list[EventRow] = []
@@ -61,6 +63,7 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) ->
     seen: dict = {}   # source ids and content keys of this batch's new rows -> -1 - row index
     last_ts = {stream: store.events.rows[i].timestamp for stream, i in store.events.last_of_stream.items()}
     horizon = horizon_of(cfg)
+    goes_back = False
     for i, rec in enumerate(records):
         name = _record_name(i, rec)
         if not isinstance(rec, Mapping):
@@ -81,8 +84,12 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) ->
             existing.append(known.get(key, seen.get(key)))
             continue
         if stream in last_ts and epoch < last_ts[stream]:
-            raise IngestError(f"{name}: timestamp {ts.isoformat()} goes backwards in stream {stream!r}")
-        last_ts[stream] = epoch
+            if not backfill:
+                last = datetime.fromtimestamp(last_ts[stream], timezone.utc).replace(tzinfo=None)
+                raise IngestError(f"{name}: timestamp {ts.isoformat()} goes backwards in stream {stream!r} (last "
+                                  f"event {last.isoformat()}); pass backfill=True to insert it at its place")
+            goes_back = True
+        last_ts[stream] = max(epoch, last_ts.get(stream, epoch))
         metadata = rec.get("metadata")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise IngestError(f"{name}: metadata must be a mapping, got {type(metadata).__name__}")
@@ -96,7 +103,7 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig) ->
                              dates=[_date_dict(d) for d in resolve_dates(text, ts)], metadata=metadata))
         existing.append(None)
         seen[key] = -len(rows)  # placeholder -1 - row index: resolved to a real id after append
-    return rows, existing
+    return rows, existing, goes_back
 
 
 def checked_text(name: str, text) -> str:
@@ -170,14 +177,17 @@ class PreparedBatch:
 
     rows: list[EventRow]                 # the new events, in id order
     embeddings: torch.Tensor             # [len(rows), d] in the store's dtype and device
-    existing: list[int | None]           # per input record: the id it already had, or None when new
+    existing: list[int | None]           # per input record: the row it already had, or None when new
+    backfill: bool = False               # some row is older than its stream's last event: inserted, not appended
 
-    def to_record(self, first_id: int) -> dict:
-        """A JSON write-ahead-log record of the new events, to be given ids from ``first_id`` on.
-        The embeddings are logged (float32, base64), not recomputed on replay: replay must give
-        the same semantic edges, and re-encoding in other batch shapes or on another device is
-        not bit-exact (a cosine at the threshold could flip)."""
-        return {"op": "add", "first": first_id, "rows": [asdict(r) for r in self.rows],
+    def to_record(self, store: MemoryStore) -> dict:
+        """A JSON write-ahead-log record of the new events, to be written to ``store``: appended
+        at row ``first`` (an add) or, a backfill, given ids from ``first`` on. The embeddings
+        are logged (float32, base64), not recomputed on replay: replay must give the same
+        semantic edges, and re-encoding in other batch shapes or on another device is not
+        bit-exact (a cosine at the threshold could flip)."""
+        first = store.events.next_id if self.backfill else len(store)
+        return {"op": "backfill" if self.backfill else "add", "first": first, "rows": [asdict(r) for r in self.rows],
                 "embeddings": float32_to_base64(self.embeddings)}
 
     @classmethod
@@ -185,40 +195,50 @@ class PreparedBatch:
         rows = [EventRow(**r) for r in record["rows"]]
         emb = float32_from_base64(record["embeddings"], (len(rows), store.dim))
         emb = emb.to(store.device, store.events.embeddings.data.dtype)
-        return cls(rows, emb, [None] * len(rows))
+        return cls(rows, emb, [None] * len(rows), record["op"] == "backfill")
 
 
 def ingest(records: Iterable[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig,
            journal: Callable[[PreparedBatch], None] | None = None,
-           submit: Callable[[list[int]], None] | None = None) -> tuple[list[int], list[int]]:
+           submit: Callable[[list[int]], None] | None = None,
+           insert: Callable[[PreparedBatch], list[int]] | None = None) -> tuple[list[int], list[int]]:
     """Add records; returns (stable event id per record, rows of the events that are new).
     ``journal`` sees each batch with new events before the store does (a write-ahead log); when
     it raises, nothing is written. ``submit`` gets the new rows before the next write can
-    renumber them (a forget)."""
+    renumber them (a forget). ``insert`` (a backfill) writes a batch with events older than
+    their stream's last one, queueing them itself, and returns their rows; without it such a
+    record is refused."""
     records = list(records)
     with store.ingest_lock:
-        batch = prepare(records, store, embedder, cfg)
+        batch = prepare(records, store, embedder, cfg, backfill=insert is not None)
         if batch.rows and journal is not None:
             journal(batch)
-        ids = apply(batch, store, cfg)
-        if submit is not None:
-            submit(ids)
-        new_iter = iter(ids)
-        rows = [next(new_iter) if e is None else (e if e >= 0 else ids[-1 - e]) for e in batch.existing]
-        out = [store.events.ids[r] for r in rows]
-    return out, ids
+        # Ids, not rows: an insert renumbers the stored rows.
+        known = [None if e is None or e < 0 else store.events.ids[e] for e in batch.existing]
+        if batch.backfill:
+            rows = insert(batch)
+        else:
+            rows = apply(batch, store, cfg)
+            if submit is not None:
+                submit(rows)
+        new_ids = [store.events.ids[r] for r in rows]
+        new_iter = iter(new_ids)
+        out = [next(new_iter) if e is None else (k if e >= 0 else new_ids[-1 - e])
+               for e, k in zip(batch.existing, known)]
+    return out, rows
 
 
-def prepare(records: list[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig) -> PreparedBatch:
+def prepare(records: list[Mapping], store: MemoryStore, embedder: Embedder, cfg: FastPathConfig,
+            backfill: bool = False) -> PreparedBatch:
     """Validate and embed (the caller holds ``store.ingest_lock``)."""
-    rows, existing = validate(records, store, cfg)
+    rows, existing, goes_back = validate(records, store, cfg, backfill)
     emb = store.events.embeddings.data.new_zeros((0, store.dim))
     if rows:
         texts = [embed_text(r, cfg) for r in rows]
         _warn_truncation(texts, [_record_name(i, r) for i, (r, e) in enumerate(zip(records, existing)) if e is None],
                          embedder)
         emb = embedder.encode(texts).to(store.device, store.events.embeddings.data.dtype)
-    return PreparedBatch(rows, emb, existing)
+    return PreparedBatch(rows, emb, existing, goes_back)
 
 
 def apply(batch: PreparedBatch, store: MemoryStore, cfg: FastPathConfig) -> list[int]:

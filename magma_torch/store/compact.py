@@ -1,4 +1,5 @@
-"""A captured store without some events: what ``MagmaMemory.forget`` and ``update`` rebuild from.
+"""A captured store without some events, or with some inserted: what ``MagmaMemory.forget``,
+``update`` and a backfilling ``add`` rebuild from.
 
 ``without(saved, drop, detach)`` returns the capture with the rows ``drop`` removed and every
 row renumbered densely (old row -> new row in ``Compacted.new_row``, -1 for a removed one):
@@ -16,31 +17,75 @@ row renumbered densely (old row -> new row in ``Compacted.new_row``, -1 for a re
 The rows ``detach`` stay but lose their semantic, causal and entity edges (an update
 re-derives them), and their episodes' sums are recomputed from the (new) embeddings.
 Stable event ids (``events.ids``) and ``next_id`` are kept, so ids users hold stay valid.
+
+``inserted(saved, rows, embeddings, ids, placed)`` is the same rebuild with events added at
+their places (``Placement``: the order of all rows, each new event's episode): the chain
+and the episodes are re-derived around them as around a gap, and episodes are numbered in
+the order of their first event, so an episode a backfilled event opens takes its place in
+its stream's episode chain.
 """
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 
 from magma_torch.store.persistence import SavedStore
+from magma_torch.store.tables import date_span
 
 
 @dataclass(frozen=True)
 class Compacted:
     saved: SavedStore
-    new_row: list[int]           # old row -> new row, -1: removed
+    new_row: list[int]           # old row -> new row, -1: removed; past the old rows: the inserted events'
     entities: list[str]          # names of the entities removed (left with no mention)
     episodes: int                # episodes removed (left with no event)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where inserted events go (``magma_torch.ingest.backfill.place``)."""
+
+    order: list[int]             # the rebuilt rows: old row i, or len(old rows) + j for inserted event j
+    episode: list[int]           # per inserted event: its episode (an old one, or one of the new ones)
+    new_episodes: int            # episodes the inserted events open, numbered after the old ones
+
+
 def without(saved: SavedStore, drop: Collection[int], detach: Collection[int] = ()) -> Compacted:
+    gone = set(drop)
+    return _rebuilt(saved, [i for i in range(len(saved.events)) if i not in gone], detach)
+
+
+def inserted(saved: SavedStore, rows: Sequence, embeddings: torch.Tensor, ids: Sequence[int],
+             placed: Placement) -> Compacted:
+    """The capture with events ``rows`` (stable ids ``ids``) inserted as ``placed`` says; they have
+    no derived edges yet (the caller links them)."""
+    t, n, k = saved.tensors, len(saved.events), len(rows)
+    grown = {"events.embeddings": embeddings.detach().cpu().to(t["events.embeddings"].dtype),
+             "events.timestamps": torch.tensor([r.timestamp for r in rows], dtype=torch.float64),
+             "events.date_spans": torch.tensor([date_span(r) for r in rows], dtype=torch.float64).reshape(-1, 2),
+             "events.ids": torch.tensor(list(ids), dtype=torch.long),
+             "events.episode": torch.tensor(placed.episode, dtype=torch.long)}
+    tensors = {**t, **{c: torch.cat([t[c], v]) for c, v in grown.items()}}
+    # Rows for the episodes they open: first/last/size and the sums are derived again from the members.
+    for c in ("first", "last", "size", "sums"):
+        col = t[f"episodes.{c}"]
+        tensors[f"episodes.{c}"] = torch.cat([col, col.new_zeros((placed.new_episodes, *col.shape[1:]))])
+    counts = {**saved.state["counts"], "next_id": max([saved.state["counts"].get("next_id", n), *(i + 1 for i in ids)])}
+    grown_capture = replace(saved, tensors=tensors, events=[*saved.events, *rows],
+                            state={**saved.state, "counts": counts})
+    return _rebuilt(grown_capture, placed.order, range(n, n + k))
+
+
+def _rebuilt(saved: SavedStore, order: Sequence[int], detach: Collection[int]) -> Compacted:
+    """The capture's rows ``order`` (in that order: each stream's in stream order), renumbered densely;
+    ``detach`` rows lose their derived edges."""
     t, n = saved.tensors, len(saved.events)
-    drop_t, detach_t = (torch.tensor(sorted(x), dtype=torch.long) for x in (drop, detach))
-    alive = torch.ones(n, dtype=torch.bool)
-    alive[drop_t] = False
-    keep = alive.nonzero().squeeze(1)
+    keep, detach_t = torch.tensor(list(order), dtype=torch.long), torch.tensor(sorted(detach), dtype=torch.long)
+    alive = torch.zeros(n, dtype=torch.bool)
+    alive[keep] = True
+    drop_t = (~alive).nonzero().squeeze(1)
     new_row = torch.full((n,), -1, dtype=torch.long)
     new_row[keep] = torch.arange(keep.numel())
     rows = [saved.events[i] for i in keep.tolist()]
@@ -111,20 +156,24 @@ def _entities(saved: SavedStore, out: dict, free: torch.Tensor, new_row: torch.T
 
 def _episodes(t: dict, out: dict, keep: torch.Tensor, drop: torch.Tensor, detach: torch.Tensor,
               rows) -> tuple[dict, int]:
-    """The remaining rows' episodes, renumbered; sums recomputed where members left or changed."""
+    """The remaining rows' episodes, renumbered in the order of their first event (the order they
+    were opened in, unless an inserted event opened one); sums recomputed where members left,
+    changed or came."""
     old_of = t["events.episode"][keep]
-    p = t["episodes.first"].numel()
-    present = torch.zeros(p, dtype=torch.bool)
-    present[old_of] = True
-    ep_row = torch.full((p,), -1, dtype=torch.long)
-    ep_row[present] = torch.arange(int(present.sum()))
-    episode = ep_row[old_of]
-    q, k = int(present.sum()), keep.numel()
+    p, k = t["episodes.first"].numel(), keep.numel()
     ids = torch.arange(k)
-    first = torch.full((q,), k, dtype=torch.long).scatter_reduce(0, episode, ids, "amin")
+    old_first = torch.full((p,), k, dtype=torch.long).scatter_reduce(0, old_of, ids, "amin")
+    present = old_first < k
+    ranked = present.nonzero().squeeze(1)
+    ranked = ranked[old_first[ranked].argsort()]
+    q = ranked.numel()
+    ep_row = torch.full((p,), -1, dtype=torch.long)
+    ep_row[ranked] = torch.arange(q)
+    episode = ep_row[old_of]
+    first = old_first[ranked]
     last = torch.full((q,), -1, dtype=torch.long).scatter_reduce(0, episode, ids, "amax")
     size = torch.bincount(episode, minlength=q)
-    sums = t["episodes.sums"][present].clone()
+    sums = t["episodes.sums"][ranked].clone()
     touched = ep_row[t["events.episode"][torch.cat([drop, detach])]]
     touched = torch.unique(touched[touched >= 0])
     if touched.numel():
