@@ -11,7 +11,8 @@ from magma_torch.testing import assert_no_run
 
 RUN = [sys.executable, "-m", "magma_torch.eval.runner"]
 OVERALL_KEYS = {"recall_all@5", "recall_all@10", "recall_any@10", "recall_all@1000tok", "recall_all@2000tok",
-                "context_tokens_mean", "retrieval_ms_per_question_batch_mean", "f1", "bleu1", "judge"}
+                "context_tokens_mean", "retrieval_ms_per_question_batch_mean", "retrieval_ms_p50",
+                "retrieval_ms_p95", "f1", "bleu1", "judge"}
 ROW_KEYS = {"sample_id", "question_id", "category", "question", "gold", "evidence", "retrieved_sources",
             "context_sources", "context_tokens", "intent", "retrieval_ms"}
 
