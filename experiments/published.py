@@ -33,7 +33,7 @@ BENCH = RESULTS / "bench"
 DOCS = ("README.md", "BENCHMARKS.md")
 BLOCK = re.compile(r"<!-- results:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
 RELATION_NAMES = {"temporal": "temporal", "semantic": "semantic", "causal": "causal", "entity": "event–entity",
-                  "episode": "event–episode", "episode_chain": "episode-chain"}
+                  "episode": "event–episode", "episode_chain": "episode-chain", "supersedes": "supersession"}
 
 
 class PublishedError(ValueError):
