@@ -52,7 +52,7 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
     rows = set(range(len(ev)))
     if ids is not None or source_ids is not None:
         ids, source_ids = _as_list(ids, int), _as_list(source_ids, str)
-        bad_ids = [i for i in ids if not _is_id(i) or i not in ev.row_of]
+        bad_ids = [i for i in ids if not is_event_id(i) or i not in ev.row_of]
         bad_sources = [s for s in source_ids if s not in ev.by_source]
         if bad_ids or bad_sources:
             what = "; ".join(x for x in (f"ids {bad_ids}" if bad_ids else "",
@@ -81,7 +81,8 @@ def _as_list(x, kind: type) -> list:
     return [x] if isinstance(x, (kind, str)) else list(x)
 
 
-def _is_id(x) -> bool:
+def is_event_id(x) -> bool:
+    """An integer that is not a bool: the shape of an event id."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 

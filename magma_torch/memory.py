@@ -151,8 +151,14 @@ class MagmaMemory:
         self._since_checkpoint = len(records)
 
     def _log(self, batch: fast_path.PreparedBatch) -> None:
-        self._wal.append([batch.to_record(self.store)])
-        self._since_checkpoint += 1
+        self._log_record(batch.to_record(self.store))
+
+    def _log_record(self, record: dict) -> None:
+        """Append one record (an add batch, a forget, an update) to the log, fsynced, and count it
+        towards the next checkpoint; a memory without a log has nothing to do."""
+        if self._wal is not None:
+            self._wal.append([record])
+            self._since_checkpoint += 1
 
     def checkpoint(self) -> None:
         """Write the whole memory as ``store_dir/<namespace>/checkpoint`` (atomically: temporary
@@ -268,9 +274,7 @@ class MagmaMemory:
                 rows = lifecycle.select(self.store, ids, source_ids, speaker, entity, before)
                 if not rows:
                     return lifecycle.Forgotten((), (), 0)
-                if self._wal is not None:
-                    self._wal.append([lifecycle.forget_record(tuple(self.store.events.ids[r] for r in rows))])
-                    self._since_checkpoint += 1
+                self._log_record(lifecycle.forget_record(tuple(self.store.events.ids[r] for r in rows)))
                 out = lifecycle.forget_rows(self, rows)
         if self.path is not None:
             self.checkpoint()
@@ -292,9 +296,7 @@ class MagmaMemory:
             emb = self.embedder.encode([fast_path.embed_text(new, self.fast_cfg)])
             emb = emb.to(self.store.device, self.store.events.embeddings.data.dtype)
             with self.worker.paused(), self.store.lock:
-                if self._wal is not None:
-                    self._wal.append([lifecycle.update_record(event_id, new, emb)])
-                    self._since_checkpoint += 1
+                self._log_record(lifecycle.update_record(event_id, new, emb))
                 lifecycle.update_row(self, row, new, emb)
         self._checkpoint_when_due()
         return self.event(event_id)
@@ -439,7 +441,7 @@ class MagmaMemory:
     def _row(self, event_id: int) -> int:
         """The row of stable id ``event_id`` (caller holds a store lock)."""
         ev = self.store.events
-        row = ev.row_of.get(event_id) if isinstance(event_id, int) and not isinstance(event_id, bool) else None
+        row = ev.row_of.get(event_id) if lifecycle.is_event_id(event_id) else None
         if row is None:
             raise UnknownEventError(f"no event {event_id!r} in this memory (forgotten, or never added)"
                                     if len(ev) else f"no event {event_id!r}: this memory is empty")
