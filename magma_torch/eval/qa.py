@@ -15,6 +15,7 @@ from typing import Protocol
 
 from magma_torch.eval.prompts import JUDGE_SCHEMA, NOT_MENTIONED, answer_prompt, judge_prompt
 from magma_torch.eval.qa_metrics import bleu1, locomo_f1, reference_answer
+from magma_torch.llm.answer_format import format_answer
 from magma_torch.llm.base import LLM, Generation
 
 
@@ -25,10 +26,11 @@ class QuestionLike(Protocol):
 
 @dataclass(frozen=True)
 class Answer:
-    prediction: str                    # "" when the generation failed
+    prediction: str                    # "" when the generation failed; dates formatted (llm/answer_format.py)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    reader_text: str = ""              # the reader's own text, before formatting
 
 
 @dataclass(frozen=True)
@@ -48,13 +50,17 @@ def _generate(llm: LLM, prompts: list[str], **kw) -> list[Generation]:
 
 
 def answer_questions(retrievals: Sequence, questions: Sequence[QuestionLike], reader: LLM, *,
-                     max_tokens: int = 128, temperature: float = 0.0) -> list[Answer]:
-    """Answer each question from its retrieval (context + predicted intent) in one batch."""
+                     max_tokens: int = 128, temperature: float = 0.0, dates: str = "words") -> list[Answer]:
+    """Answer each question from its retrieval (context + predicted intent) in one batch; the
+    answers' dates are written in the style ``dates`` (``format_answer``)."""
     if len(retrievals) != len(questions):
         raise ValueError(f"{len(retrievals)} retrievals for {len(questions)} questions")
     prompts = [answer_prompt(q.question, r.context, r.intent, q.query_time) for r, q in zip(retrievals, questions)]
+    format_answer("", dates)   # a bad style fails before the reader runs
     gens = _generate(reader, prompts, max_tokens=max_tokens, temperature=temperature)
-    return [Answer("" if g.error else g.text.strip(), g.prompt_tokens, g.completion_tokens, g.error) for g in gens]
+    texts = ["" if g.error else g.text.strip() for g in gens]
+    return [Answer(format_answer(t, dates), g.prompt_tokens, g.completion_tokens, g.error, t)
+            for t, g in zip(texts, gens)]
 
 
 def judge_reference(gold: str | None, category: str) -> str | None:

@@ -122,7 +122,7 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
     share of the two batches' wall time (``answer_s``, ``judge_s``)."""
     t0 = time.perf_counter()
     answers = answer_questions(results, qs, reader, max_tokens=task.get("answer_max_tokens", 128),
-                               temperature=task.get("answer_temperature", 0.0))
+                               temperature=task.get("answer_temperature", 0.0), dates=task.answer_dates)
     t1 = time.perf_counter()
     kinds = ["abstention" if q.abstention else q.category for q in qs]   # picks the judge prompt
     verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], kinds,
@@ -131,6 +131,8 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
     for i, (row, q, a) in enumerate(zip(rows, qs, answers)):
         row["answer_s"], row["judge_s"] = (t1 - t0) / len(qs), (t2 - t1) / len(qs)
         row["prediction"] = a.prediction
+        if a.reader_text != a.prediction:
+            row["reader_text"] = a.reader_text
         # A failed answer scores 0 (it is counted in answering.failed, never left out).
         row.update(score_answer(a.prediction, q.gold, q.category))
         row["judge"] = None if verdicts is None else verdicts[i].verdict

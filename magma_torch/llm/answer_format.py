@@ -1,0 +1,38 @@
+"""What a reader's answer text becomes before it is scored or shown.
+
+The answer prompts ask for dates in words ("7 May 2023"), as LoCoMo's gold answers write them.
+Small readers answer with ISO dates anyway (Qwen2.5-Coder-1.5B wrote "2023-05-07" for 23 of 23
+dated answers under prompt magma-answer-v2), which LoCoMo's token F1 scores 0 against "7 May
+2023". Spelling them out holds the reader to the prompt's format; it reads nothing but the answer.
+"""
+from __future__ import annotations
+
+import calendar
+import re
+
+# YYYY-MM-DD or YYYY-MM, not inside a longer run of digits and hyphens (a phone or order number)
+_ISO_DATE = re.compile(r"(?<![\d-])(\d{4})-(\d{1,2})(?:-(\d{1,2}))?(?![\d-])")
+DATE_STYLES = ("words", "as_written")
+
+
+def _in_words(m: re.Match) -> str:
+    year, month = int(m[1]), int(m[2])
+    if not 1 <= month <= 12:
+        return m[0]
+    if m[3] is None:
+        return f"{calendar.month_name[month]} {year}"
+    day = int(m[3])
+    return f"{day} {calendar.month_name[month]} {year}" if 1 <= day <= calendar.monthrange(year, month)[1] else m[0]
+
+
+def spell_out_dates(text: str) -> str:
+    """ISO dates in ``text`` written as the prompts ask: 2023-05-07 -> 7 May 2023, 2023-07 -> July
+    2023. Anything that is not a valid date (2023-13-01, 2023-02-30, a phone number) is left."""
+    return _ISO_DATE.sub(_in_words, text)
+
+
+def format_answer(text: str, dates: str) -> str:
+    """The reader's ``text`` with its dates in the style ``dates`` (one of DATE_STYLES)."""
+    if dates not in DATE_STYLES:
+        raise ValueError(f"task.answer_dates={dates!r}: use one of {list(DATE_STYLES)}")
+    return spell_out_dates(text) if dates == "words" else text

@@ -1,0 +1,49 @@
+"""The reader's answer text as scored: ISO dates spelled out as the answer prompts ask."""
+import pytest
+
+from magma_torch.eval.datasets.base import Question
+from magma_torch.eval.qa import answer_questions, score_answer
+from magma_torch.llm.answer_format import format_answer, spell_out_dates
+from magma_torch.llm.base import Generation
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2023-05-07", "7 May 2023"),
+    ("On 2023-07-02, and again in 2023-07.", "On 2 July 2023, and again in July 2023."),
+    ("2024-02-29", "29 February 2024"),                       # a leap day
+    ("2023-02-29", "2023-02-29"),                             # no such day: left
+    ("2023-13-01", "2023-13-01"),                             # no such month: left
+    ("call 555-1234", "call 555-1234"),
+    ("order 2023-05-07-12", "order 2023-05-07-12"),           # part of a longer number
+    ("7 May 2023", "7 May 2023"),
+])
+def test_iso_dates_are_spelled_out_and_nothing_else_changes(text, expected):
+    assert spell_out_dates(text) == expected
+
+
+class ISOReader:
+    def generate(self, prompts, **kw):
+        return [Generation("2023-05-07", None, 10, 3) for _ in prompts]
+
+
+class R:
+    context, intent = "[7 May 2023] (D1:1) Jo: I ran a charity race today.", "WHEN"
+
+
+def test_the_answer_keeps_the_readers_text_and_scores_the_formatted_one():
+    qs = [Question("s/q0", "When did Jo run the race?", "7 May 2023", ("D1:1",), "temporal", None)]
+    a = answer_questions([R()], qs, ISOReader())[0]
+    assert (a.prediction, a.reader_text) == ("7 May 2023", "2023-05-07")
+    assert score_answer(a.prediction, "7 May 2023", "temporal")["f1"] == 1.0
+    assert score_answer(a.reader_text, "7 May 2023", "temporal")["f1"] == 0.0
+    kept = answer_questions([R()], qs, ISOReader(), dates="as_written")[0]
+    assert kept.prediction == kept.reader_text == "2023-05-07"
+
+
+def test_an_unknown_date_style_fails_before_the_reader_runs():
+    class Never:
+        def generate(self, prompts, **kw):
+            raise AssertionError("the reader ran")
+    with pytest.raises(ValueError, match=r"task.answer_dates='iso'"):
+        answer_questions([R()], [Question("s/q0", "When?", "x", (), "temporal", None)], Never(), dates="iso")
+    assert format_answer("2023-05-07", "as_written") == "2023-05-07"
