@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
-from magma_torch.ingest.embedder import Embedder
+from magma_torch.text.embedder import Embedder
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from machine import machine  # experiments/machine.py
 from magma_torch import MagmaMemory
 from magma_torch.eval.datasets import load_locomo
 from magma_torch.eval.runner import records
-from magma_torch.ingest.embedder import Embedder
+from magma_torch.text.embedder import Embedder
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ import collections
 import random
 
 from magma_torch.eval.datasets.locomo import load_locomo
-from magma_torch.ingest.heuristic import EventView, HeuristicConsolidator
+from magma_torch.ingest.consolidator import EventView
+from magma_torch.ingest.heuristic import HeuristicConsolidator
 
 
 def run(path: str, batch: int = 64, window: int = 6):

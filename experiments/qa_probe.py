@@ -1,5 +1,5 @@
 """A few questions of the QA benchmark answered and judged, printed next to their gold answers:
-a quick look at what a reader makes of the answer prompts (eval/prompts.py) before a long run.
+a quick look at what a reader makes of the answer prompts (llm/prompts.py) before a long run.
 
     python experiments/qa_probe.py --per-category 3 dataset.path=/data/locomo10_dev.json [OVERRIDE ...]
 
@@ -17,8 +17,8 @@ from hydra import compose, initialize_config_module
 from magma_torch import MagmaMemory
 from magma_torch.eval.datasets import load_dataset, select_samples
 from magma_torch.eval.runner import answer_rows, question_row, records
-from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.llm import build_llm
+from magma_torch.text.embedder import Embedder, resolve_device
 
 
 def first_per_category(questions, n: int) -> list:

@@ -1,17 +1,31 @@
 """magma_torch: MAGMA, the multi-graph memory for LLM agents, on PyTorch Geometric tensors."""
-__all__ = ["MagmaMemory", "StoredEvent", "UnknownEventError"]
+from magma_torch.errors import MagmaError
+
 __version__ = "0.1.0"
+
+# Lazy: the facade pulls in Hydra and the text stack; the tensor modules (store, query, bench)
+# import without them, e.g. on a GPU node that has only torch and PyG. Each error is exported from
+# the module that raises it, so importing magma_torch loads none of them (nor any eval module).
+_LAZY = {
+    "MagmaMemory": "memory", "QueryError": "memory", "AnswerError": "memory",
+    "StoredEvent": "events", "UnknownEventError": "events",
+    "IngestError": "ingest.fast_path", "MissingNLPModel": "ingest.nlp",
+    "CorruptSaveError": "store.persistence", "IntegrityError": "store.integrity",
+    "NamespaceError": "store.durable", "UnknownNamespaceError": "store.durable",
+    "NamespaceNotEmptyError": "store.durable", "StoreInUseError": "store.durable",
+    "StoreMismatchError": "store.durable", "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable",
+    "LLMUnavailable": "llm.base", "OutputError": "llm.schema", "ModelError": "llm.models",
+    "ExplainError": "explain.cli", "ScreenshotError": "explain.screenshot",
+    "DatasetError": "eval.datasets.base", "ConfigError": "eval.runner", "CompareError": "eval.compare",
+    "RunFolderError": "eval.run_folder", "AggregateError": "eval.aggregate", "OverrideError": "eval.overrides",
+    "TrackerError": "eval.tracking",
+}
+__all__ = ["MagmaError", *_LAZY]
 
 
 def __getattr__(name: str):
-    # Lazy: the facade pulls in Hydra and the text stack; the tensor modules (store, query,
-    # bench) import without them, e.g. on a GPU node that has only torch and PyG.
-    if name == "MagmaMemory":
-        from magma_torch.memory import MagmaMemory
+    if name not in _LAZY:
+        raise AttributeError(f"module 'magma_torch' has no attribute {name!r}")
+    import importlib
 
-        return MagmaMemory
-    if name in ("StoredEvent", "UnknownEventError"):
-        from magma_torch import events
-
-        return getattr(events, name)
-    raise AttributeError(f"module 'magma_torch' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"magma_torch.{_LAZY[name]}"), name)

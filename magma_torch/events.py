@@ -10,10 +10,11 @@ import copy
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from magma_torch.errors import MagmaError
 from magma_torch.store.tables import EventRow
 
 
-class UnknownEventError(KeyError):
+class UnknownEventError(MagmaError, KeyError):
     """An event id the memory does not hold; the message names it."""
 
     def __str__(self) -> str:   # KeyError would show the message quoted

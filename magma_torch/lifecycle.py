@@ -25,9 +25,9 @@ import torch
 
 from magma_torch.events import UnknownEventError
 from magma_torch.ingest import backfill, fast_path
-from magma_torch.ingest.temporal import parse_timestamp
 from magma_torch.store import compact, persistence
 from magma_torch.store.tables import EventRow, date_span
+from magma_torch.text.temporal import parse_timestamp
 
 
 @dataclass(frozen=True)

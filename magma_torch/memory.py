@@ -1,38 +1,41 @@
 """MagmaMemory: the facade that wires ingest, store and query together."""
 from __future__ import annotations
 
-import fcntl
 import os
-import re
-import shutil
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import IO
 
 import hydra.utils
 from omegaconf import DictConfig, OmegaConf
 
 from magma_torch import lifecycle
 from magma_torch.config import load_group
-from magma_torch.eval.prompts import answer_prompt
+from magma_torch.errors import MagmaError
 from magma_torch.events import StoredEvent, UnknownEventError
 from magma_torch.ingest import fast_path
-from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.episodes import assign_episodes
-from magma_torch.ingest.temporal import parse_timestamp
 from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.base import LLM
+from magma_torch.llm.prompts import answer_prompt
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
-from magma_torch.store import integrity, jsonl, live_read, persistence, validity
+from magma_torch.store import durable as durability
+from magma_torch.store import integrity, jsonl, persistence, validity
+from magma_torch.store.durable import WAL, DurableFolder, NamespaceNotEmptyError, NoStoreDirError, ReadOnlyError
+from magma_torch.store.persistence import CorruptSaveError
 from magma_torch.store.store import MemoryStore
-from magma_torch.store.wal import WriteAheadLog
+from magma_torch.text.embedder import Embedder, resolve_device
+from magma_torch.text.temporal import parse_timestamp
 
-CHECKPOINT, WAL, LOCK = "checkpoint", "wal.jsonl", ".lock"
-_NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+class QueryError(MagmaError, ValueError):
+    """A question (or its query time) that cannot be retrieved for; names which."""
+
+
+class AnswerError(MagmaError, RuntimeError):
+    """The reader LLM failed to generate an answer."""
 
 
 def _as_config(cfg, group: str, default: str) -> DictConfig | None:
@@ -57,15 +60,14 @@ class MagmaMemory:
                  device: str | None = None, embedder: Embedder | None = None, llm: LLM | None = None,
                  store_dir: str | os.PathLike | None = None, durable: bool = False):
         if durable and store_dir is None:
-            raise ValueError("durable=True needs a store_dir")
-        # A persistent memory lives in store_dir/<namespace>: its last checkpoint (a save
-        # folder) and, when durable, the write-ahead log of what came after it.
-        self.path = None if store_dir is None else Path(store_dir) / check_namespace(namespace)
-        self._wal, self._since_checkpoint, self._folder_lock = None, 0, None
+            raise NoStoreDirError("durable=True needs a store_dir")
+        # A persistent memory lives in store_dir/<namespace> (magma_torch.store.durable).
+        self._folder = None if store_dir is None else DurableFolder(store_dir, namespace)
+        self.path = None if self._folder is None else self._folder.path
         self._read_only_view_of: Path | None = None  # the folder open_readonly read
         saved = None
-        if self.path is not None:
-            saved = self._open_folder()
+        if self._folder is not None:
+            saved = self._folder.lock_and_read()
             if saved is not None:
                 config = saved_config(saved.state["config"]) if config is None else config
                 consolidation = saved.state["consolidation"] if consolidation is None else consolidation
@@ -84,7 +86,7 @@ class MagmaMemory:
                                      **self._caps())
         self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device),
                                    RetrievalConfig.from_mapping(OmegaConf.to_container(cfg.retrieval, resolve=True)))
-        if self.path is not None:
+        if self._folder is not None:
             self._open_store(saved, durable)
 
     def new_store(self) -> MemoryStore:
@@ -93,88 +95,50 @@ class MagmaMemory:
         return MemoryStore(self.embedder.dim, self.device, cfg.vector_backend, cfg.bm25.k1, cfg.bm25.b,
                            cfg.chain_span, cfg.scan_dtype)
 
-    # ---- persistent stores ----
-    def _open_folder(self) -> persistence.SavedStore | None:
-        """Lock the store folder, finish a checkpoint a crash interrupted, read the checkpoint."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._folder_lock = _lock_folder(self.path)
-        try:
-            persistence.recover_interrupted_save(self.path / CHECKPOINT)
-            return persistence.read_save(self.path / CHECKPOINT) if (self.path / CHECKPOINT).exists() else None
-        except BaseException:
-            self._folder_lock.close()
-            self._folder_lock = None
-            raise
-
+    # ---- persistent stores (magma_torch.store.durable) ----
     def _open_store(self, saved: persistence.SavedStore | None, durable: bool) -> None:
         """Load the last checkpoint (or write an empty first one) and replay the log onto it."""
         try:
-            if saved is None:
-                if (self.path / WAL).exists():
-                    raise persistence.CorruptSaveError(
-                        f"{self.path / WAL}: a write-ahead log without its checkpoint {self.path / CHECKPOINT}")
-                self.checkpoint()
-                seq = 0
-            else:
-                _check_holds(saved, self.namespace)
-                _check_same_ingest(saved, self.config)
-                self._restore(saved)
-                seq = saved.state.get("wal_seq", 0)  # 0: a folder written by save()
-            if durable or (self.path / WAL).exists():
-                self._wal = WriteAheadLog(self.path / WAL, seq)
-                self._replay(self._wal.records, self._wal.path, seq)
-                if not durable:  # fold the log into a checkpoint: no later add is logged after it
-                    self.checkpoint()
-                    self._wal.close()
-                    self._wal = None
+            stored = None if saved is None else OmegaConf.to_container(saved_config(saved.state["config"]),
+                                                                       resolve=True)
+            self._folder.open(saved, durable, config=OmegaConf.to_container(self.config, resolve=True),
+                              stored_config=stored, restore=self._restore, apply=self._apply,
+                              checkpoint=self.checkpoint)
         except BaseException:
             self.close(checkpoint=False)
             raise
 
-    def _replay(self, records: list[dict], log: Path, checkpoint_seq: int) -> None:
-        for rec in records:
-            if rec["seq"] <= checkpoint_seq:  # already in the checkpoint (a crash before the log was emptied)
-                continue
-            if rec.get("op") in ("forget", "update", "backfill"):
-                try:
-                    with self.store.ingest_lock, self.worker.paused(), self.store.lock:
-                        lifecycle.replay(self, rec)
-                except persistence.CorruptSaveError as err:
-                    raise persistence.CorruptSaveError(f"{log}: {err}; nothing was changed on disk") from None
-                continue
-            if rec.get("op") != "add" or rec.get("first") != len(self.store):
-                raise persistence.CorruptSaveError(
-                    f"{log}: record {rec['seq']} ({rec.get('op')!r} at event {rec.get('first')}) does not "
-                    f"follow the checkpoint's {len(self.store)} events; nothing was changed on disk")
-            self.worker.submit(fast_path.apply(fast_path.PreparedBatch.from_record(rec, self.store), self.store,
-                                               self.fast_cfg))
-        self._since_checkpoint = len(records)
+    def _apply(self, rec: dict) -> None:
+        """Replay one log record onto the store."""
+        if rec.get("op") in ("forget", "update", "backfill"):
+            with self.store.ingest_lock, self.worker.paused(), self.store.lock:
+                lifecycle.replay(self, rec)
+            return
+        if rec.get("op") != "add" or rec.get("first") != len(self.store):
+            raise CorruptSaveError(f"record {rec['seq']} ({rec.get('op')!r} at event {rec.get('first')}) does not "
+                                   f"follow the checkpoint's {len(self.store)} events")
+        self.worker.submit(fast_path.apply(fast_path.PreparedBatch.from_record(rec, self.store), self.store,
+                                           self.fast_cfg))
+
+    def _logs(self) -> bool:
+        return self._folder is not None and self._folder.wal is not None
 
     def _log(self, batch: fast_path.PreparedBatch) -> None:
         self._log_record(batch.to_record(self.store))
 
     def _log_record(self, record: dict) -> None:
-        """Append one record (an add batch, a forget, an update) to the log, fsynced, and count it
-        towards the next checkpoint; a memory without a log has nothing to do."""
-        if self._wal is not None:
-            self._wal.append([record])
-            self._since_checkpoint += 1
+        """Append one record (an add batch, a forget, an update) to the log; a memory without a log
+        has nothing to do."""
+        if self._folder is not None:
+            self._folder.log(record)
 
     def checkpoint(self) -> None:
         """Write the whole memory as ``store_dir/<namespace>/checkpoint`` (atomically: temporary
         folder, fsync, rename), then empty the write-ahead log. Adds wait meanwhile."""
-        if self.path is None:
-            raise ValueError("checkpoint() needs a memory opened with store_dir")
+        if self._folder is None:
+            raise NoStoreDirError("checkpoint() needs a memory opened with store_dir")
         with self.store.ingest_lock:  # every logged add is in the store, and none starts
-            files = self._encode(wal_seq=0 if self._wal is None else self._wal.seq)
-            try:
-                persistence.write_save(self.path / CHECKPOINT, files)
-            except OSError as err:
-                raise OSError(err.errno, f"checkpoint of {self.path} failed ({err.strerror or err}); the previous "
-                                         "checkpoint and the write-ahead log are intact") from err
-            if self._wal is not None:
-                self._wal.reset()
-            self._since_checkpoint = 0
+            self._folder.checkpoint(self._encode)
 
     def check(self) -> None:
         """Raise ``IntegrityError`` when the store or the slow-path bookkeeping breaks an
@@ -235,7 +199,7 @@ class MagmaMemory:
         in time order is appended as without it. Durable like an add."""
         self._check_writable()
         ids, _ = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg,
-                                  journal=None if self._wal is None else self._log, submit=self.worker.submit,
+                                  journal=self._log if self._logs() else None, submit=self.worker.submit,
                                   insert=self._insert if backfill else None)
         self._checkpoint_when_due()
         return ids
@@ -246,11 +210,11 @@ class MagmaMemory:
 
     def _check_writable(self) -> None:
         if self._read_only_view_of is not None:
-            raise RuntimeError(f"{self._read_only_view_of}: opened with open_readonly, which never changes it; "
-                               "open it with MagmaMemory(store_dir=..., namespace=...) to change it")
+            raise ReadOnlyError(f"{self._read_only_view_of}: opened with open_readonly, which never changes it; "
+                                "open it with MagmaMemory(store_dir=..., namespace=...) to change it")
 
     def _checkpoint_when_due(self) -> None:
-        if self._wal is not None and self._since_checkpoint >= self.config.durability.checkpoint_every:
+        if self._folder is not None and self._folder.checkpoint_due(self.config.durability.checkpoint_every):
             self.checkpoint()
 
     # ---- forget and update (magma_torch/lifecycle.py) ----
@@ -304,21 +268,8 @@ class MagmaMemory:
     @staticmethod
     def forget_namespace(store_dir: str | os.PathLike, namespace: str) -> None:
         """Delete a tenant: the folder ``store_dir/<namespace>`` with its checkpoint and log. Refuses
-        (RuntimeError) while a memory holds it open, in this or another process."""
-        path = Path(store_dir) / check_namespace(namespace)
-        if not (path / CHECKPOINT).is_dir() and not (path / WAL).exists():
-            raise FileNotFoundError(f"{path}: no namespace {namespace!r} in {store_dir}")
-        lock = _lock_folder(path)
-        try:
-            # One rename takes the namespace away at once; what a crash leaves of the deletion is a
-            # hidden folder, removed by the next call.
-            doomed = path.with_name(f".{namespace}.deleting-{uuid.uuid4().hex}")
-            os.rename(path, doomed)
-            persistence.fsync_dir(path.parent)
-        finally:
-            lock.close()
-        for leftover in path.parent.glob(f".{namespace}.deleting-*"):
-            shutil.rmtree(leftover)
+        (``StoreInUseError``, a RuntimeError) while a memory holds it open, in this or another process."""
+        durability.forget_namespace(store_dir, namespace)
 
     # ---- slow path ----
     def consolidate(self) -> None:
@@ -341,23 +292,23 @@ class MagmaMemory:
             if not isinstance(q, str) or not q.strip():
                 what = "empty" if isinstance(q, str) else f"a {type(q).__name__}, not a string"
                 where = f"question {i}" if len(questions) > 1 else "the question"
-                raise ValueError(f"{where} is {what}: {q!r}")
+                raise QueryError(f"{where} is {what}: {q!r}")
         times = [None] * len(questions) if query_times is None else list(query_times)
         if len(times) != len(questions):
-            raise ValueError(f"query_times has {len(times)} entries for {len(questions)} questions")
+            raise QueryError(f"query_times has {len(times)} entries for {len(questions)} questions")
         times = [None if t is None else (t if isinstance(t, datetime) else parse_timestamp(t)) for t in times]
         return self.retriever.retrieve_batch(self.store.snapshot(), questions, times, budget_tokens)
 
     def answer(self, question: str, llm: LLM, query_time=None, max_tokens: int = 128) -> tuple[str, Retrieval]:
         """Retrieve for ``question`` and let ``llm`` answer from the context with the prompt of
-        the predicted intent. Returns (answer text, retrieval); raises RuntimeError when the
-        generation failed."""
+        the predicted intent. Returns (answer text, retrieval); raises ``AnswerError`` (a
+        RuntimeError) when the generation failed."""
         r = self.retrieve(question, query_time)
         t = query_time if query_time is None or isinstance(query_time, datetime) else parse_timestamp(query_time)
         g = llm.generate([answer_prompt(question, r.context, r.intent, t)], max_tokens=max_tokens,
                          temperature=0.0)[0]
         if g.error is not None:
-            raise RuntimeError(f"answer generation failed: {g.error}")
+            raise AnswerError(f"answer generation failed: {g.error}")
         return g.text.strip(), r
 
     def stats(self) -> dict:
@@ -370,16 +321,12 @@ class MagmaMemory:
         """Stop the slow path (a persistent memory checkpoints first, unless ``checkpoint`` is
         False) and release the LLM this memory built."""
         try:
-            if checkpoint and self._folder_lock is not None and (self.path / CHECKPOINT).exists():
+            if checkpoint and self._folder is not None and self._folder.holds_checkpoint():
                 self.checkpoint()
         finally:
             self.worker.close()
-            if self._wal is not None:
-                self._wal.close()
-                self._wal = None
-            if self._folder_lock is not None:
-                self._folder_lock.close()  # releases the lock
-                self._folder_lock = None
+            if self._folder is not None:
+                self._folder.close()
             if self._owns_llm and self.llm is not None:
                 self.llm.close()
                 self._owns_llm = False
@@ -475,11 +422,7 @@ class MagmaMemory:
     @staticmethod
     def namespaces(store_dir: str | os.PathLike) -> list[str]:
         """The namespaces (tenants) of ``store_dir`` that hold a checkpoint, sorted."""
-        root = Path(store_dir)
-        if not root.is_dir():
-            raise FileNotFoundError(f"{root}: no such store_dir")
-        return sorted(p.name for p in root.iterdir()
-                      if _NAMESPACE.fullmatch(p.name) and (p / CHECKPOINT).is_dir())
+        return durability.namespaces(store_dir)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, embedder: Embedder | None = None,
@@ -497,16 +440,15 @@ class MagmaMemory:
         out, not cut, and a checkpoint a crash cut short is named, not recovered. It is a copy
         in memory as of this call (open it again to see later writes). Events the checkpoint
         holds unconsolidated stay pending: nothing consolidates here and no consolidation LLM is
-        built. ``add``, ``forget``, ``update`` and ``consolidate`` raise RuntimeError."""
-        path = Path(store_dir) / check_namespace(namespace)
-        saved, records = live_read.read_checkpoint_and_log(path / CHECKPOINT, path / WAL)
-        _check_holds(saved, namespace)
+        built. ``add``, ``forget``, ``update`` and ``consolidate`` raise ``ReadOnlyError`` (a
+        RuntimeError)."""
+        path, saved, records = durability.read_live(store_dir, namespace)
         config = saved_config(saved.state["config"])
         config.slow_path.background = False  # no worker thread: the queue is kept, not worked on
         mem = cls(config, "none", namespace=namespace, device=device, embedder=embedder)
         try:
             mem._restore(saved)
-            mem._replay(records, path / WAL, saved.state.get("wal_seq", 0))
+            durability.replay(records, path / WAL, saved.state.get("wal_seq", 0), mem._apply)
         except BaseException:
             mem.close(checkpoint=False)
             raise
@@ -522,7 +464,7 @@ class MagmaMemory:
                   embedder=embedder, llm=llm, store_dir=store_dir, durable=durable)
         try:
             if len(mem.store):
-                raise FileExistsError(f"{mem.path}: namespace {mem.namespace!r} holds {len(mem.store)} events; "
+                raise NamespaceNotEmptyError(f"{mem.path}: namespace {mem.namespace!r} holds {len(mem.store)} events; "
                                       "import into a new or empty namespace")
             mem._restore(saved)
             if mem.path is not None:
@@ -544,33 +486,11 @@ class MagmaMemory:
         self.worker.load_state_dict(saved.state["worker"])
 
 
-def _lock_folder(path: Path) -> IO:
-    """An exclusive lock on the store folder for as long as this memory is open: two writers
-    appending to one log would interleave their event ids. The kernel drops it when the
-    process dies, so a killed process never leaves the folder locked."""
-    f = open(path / LOCK, "a+b")
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        raise RuntimeError(f"{path}: this memory is open elsewhere (another MagmaMemory or process holds "
-                           f"{path / LOCK}); close that one first") from None
-    return f
-
-
 def check_config(config: DictConfig) -> None:
     """Build the typed fast-path and retrieval settings of a memory config: an unknown relation,
     signal or episode setting raises ValueError in one line before any work starts."""
     fast_path.FastPathConfig(**config.fast_path)
     RetrievalConfig.from_mapping(OmegaConf.to_container(config.retrieval, resolve=True))
-
-
-def check_namespace(namespace: str) -> str:
-    """A namespace names a folder of its own: letters, digits, ``._-``, no path tricks."""
-    if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
-        raise ValueError(f"namespace {namespace!r}: use 1-128 letters, digits, '.', '_' or '-', "
-                         "starting with a letter or digit")
-    return namespace
 
 
 def saved_config(config: Mapping) -> DictConfig:
@@ -579,23 +499,3 @@ def saved_config(config: Mapping) -> DictConfig:
     defaults = load_group("memory", "magma")
     OmegaConf.set_struct(defaults, False)   # a key this version no longer has is kept, not refused
     return OmegaConf.merge(defaults, config)
-
-
-def _check_holds(saved: persistence.SavedStore, namespace: str) -> None:
-    if saved.state["namespace"] != namespace:
-        raise ValueError(f"{saved.path}: holds namespace {saved.state['namespace']!r}, opened as {namespace!r}")
-
-
-def _check_same_ingest(saved: persistence.SavedStore, config: DictConfig) -> None:
-    """Replaying the log with other fast-path settings would give other edges: refuse. Settings
-    added since the save are compared at their defaults, and the future horizon, which refuses
-    records but makes no edge, not at all."""
-    stored = saved_config(saved.state["config"])
-    for key in ("embedder", "fast_path"):
-        was, now = (OmegaConf.to_container(c[key], resolve=True) for c in (stored, config))
-        if key == "fast_path":
-            was.pop("future_horizon_days", None)
-            now.pop("future_horizon_days", None)
-        if was != now:
-            raise ValueError(f"{saved.path}: stored with memory.{key}={was}, opened with memory.{key}={now}; "
-                             "open it with the stored config (config=None)")

@@ -36,7 +36,7 @@ TqdmDefaultWriteLock.mp_lock = None
 
 from magma_torch import MagmaMemory  # noqa: E402  (after the thread setting, before any fork)
 from magma_torch.config import load_group  # noqa: E402
-from magma_torch.ingest.embedder import Embedder  # noqa: E402
+from magma_torch.text.embedder import Embedder  # noqa: E402
 
 TEMPLATES = ("{who} went hiking near the lake on day {i} because the weather was nice.",
              "{who} bought a new guitar, so the band could practise on day {i}.",

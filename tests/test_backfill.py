@@ -14,12 +14,12 @@ from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.ingest.backfill import place
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.episodes import EpisodeConfig
 from magma_torch.ingest.fast_path import IngestError
-from magma_torch.memory import WAL
+from magma_torch.store.durable import WAL
 from magma_torch.store.tables import EventRow
 from magma_torch.testing import abandon, assert_same_store, store_tensors
+from magma_torch.text.embedder import Embedder
 
 
 @pytest.fixture(scope="module")

@@ -19,14 +19,14 @@ from durable_child import Ledger
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.llm.openai_backend import OpenAIBackend
-from magma_torch.memory import CHECKPOINT, LOCK, WAL
 from magma_torch.store import live_read, persistence, wal
+from magma_torch.store.durable import CHECKPOINT, LOCK, WAL
 from magma_torch.store.integrity import IntegrityError
 from magma_torch.store.persistence import CorruptSaveError
 from magma_torch.testing import abandon
+from magma_torch.text.embedder import Embedder
 
 HERE = Path(__file__).parent
 KILLS = 50
@@ -348,7 +348,7 @@ def test_disk_full_on_log_append_fails_the_add_and_changes_nothing(embedder, tmp
     write = os.write
 
     def full(fd, data):  # half the record gets written, then the disk is full
-        if fd == mem._wal._fd:
+        if fd == mem._folder.wal._fd:
             write(fd, bytes(data)[: len(data) // 2])
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return write(fd, data)

@@ -16,19 +16,19 @@ from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.eval.runner import records
 from magma_torch.explain import explain
-from magma_torch.explain.cli import main
 from magma_torch.explain import screenshot as screenshot_module
+from magma_torch.explain.cli import main
 from magma_torch.explain.graph_svg import ANCHOR_FILL, RELATION_COLOURS, graph_svg
 from magma_torch.explain.html_view import END_RULE, render_html
 from magma_torch.explain.printable import printable
 from magma_torch.explain.screenshot import BOTTOM_PX, ScreenshotError, screenshot
 from magma_torch.explain.subgraph import entity_names
-from magma_torch.testing import with_browser
-from magma_torch.query.intent import INTENTS
 from magma_torch.explain.terminal import format_text
-from magma_torch.memory import WAL
+from magma_torch.query.intent import INTENTS
 from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievalConfig, RetrievedNode, Retrieval
+from magma_torch.store.durable import WAL
 from magma_torch.testing import abandon
+from magma_torch.testing import with_browser
 
 HOSTILE = "Tomás pasted <script>alert('x')</script> into the canoe log \x1b[31mred\x1b[0m\x07 \u202eevil"
 QUESTION = "What did Tomás paste into the canoe log?"

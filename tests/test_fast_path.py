@@ -10,11 +10,11 @@ import torch
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
-from magma_torch.ingest.embedder import Embedder
+from magma_torch.ingest.consolidator import CausalLink, EntityMention, Proposal
 from magma_torch.ingest.fast_path import IngestError
-from magma_torch.ingest.heuristic import CausalLink, EntityMention, Proposal
 from magma_torch.store.graph import RELATIONS
 from magma_torch.testing import is_acyclic
+from magma_torch.text.embedder import Embedder
 
 WAIT = 60  # seconds; only a guard against hanging, never asserted on
 

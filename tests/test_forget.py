@@ -14,11 +14,11 @@ from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.events import UnknownEventError
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.fast_path import IngestError
-from magma_torch.memory import WAL
 from magma_torch.store import persistence
+from magma_torch.store.durable import WAL
 from magma_torch.testing import abandon, assert_same_store
+from magma_torch.text.embedder import Embedder
 
 MARKER = "Zorblax qwvmarker flute"   # unique words: a name, a lower-case word, a phrase
 MARKER_TEXT = f"{MARKER}: Qwertina brought the {MARKER} to Quexville yesterday."

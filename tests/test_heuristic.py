@@ -8,7 +8,8 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from magma_torch.ingest.heuristic import EventView, HeuristicConsolidator
+from magma_torch.ingest.consolidator import EventView
+from magma_torch.ingest.heuristic import HeuristicConsolidator
 
 T = datetime(2023, 5, 8)
 CONF = Path(__file__).resolve().parents[1] / "conf" / "consolidation" / "heuristic.yaml"

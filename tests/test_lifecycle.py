@@ -14,13 +14,13 @@ from magma_torch import MagmaMemory, StoredEvent
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.events import UnknownEventError
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.fast_path import IngestError
-from magma_torch.memory import CHECKPOINT
 from magma_torch.store import persistence
+from magma_torch.store.durable import CHECKPOINT
 from magma_torch.store.graph import RELATIONS
 from magma_torch.testing import assert_no_run, assert_same_retrieval, assert_same_store
-from magma_torch.text import count_tokens
+from magma_torch.text.embedder import Embedder
+from magma_torch.text.tokens import count_tokens
 
 
 @pytest.fixture(scope="module")

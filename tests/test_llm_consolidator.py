@@ -13,11 +13,11 @@ from omegaconf import OmegaConf
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
-from magma_torch.ingest.embedder import Embedder
-from magma_torch.ingest.heuristic import EventView
+from magma_torch.ingest.consolidator import EventView
 from magma_torch.ingest.llm_consolidator import LLMConsolidator, normalise_name
 from magma_torch.llm.base import Generation, Usage
 from magma_torch.testing import is_acyclic, unavailable, with_package
+from magma_torch.text.embedder import Embedder
 
 WAIT = 60
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=timezone.utc)

@@ -13,13 +13,13 @@ from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.ingest import bulk
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.memory import saved_config
 from magma_torch.store import persistence
 from magma_torch.store.persistence import CorruptSaveError
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
 from magma_torch.testing import assert_same_retrieval, assert_same_store
+from magma_torch.text.embedder import Embedder
 
 @pytest.fixture(scope="module")
 def embedder():

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval import progress
-from magma_torch.ingest.embedder import Embedder
+from magma_torch.text.embedder import Embedder
 
 
 def test_consolidation_bar_counts_every_event(capsys, monkeypatch):

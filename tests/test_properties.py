@@ -17,10 +17,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import DatasetError, load_locomo
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.fast_path import IngestError
-from magma_torch.ingest.temporal import parse_timestamp, question_time_window, resolve_dates
 from magma_torch.testing import abandon
+from magma_torch.text.embedder import Embedder
+from magma_torch.text.temporal import parse_timestamp, question_time_window, resolve_dates
 
 # Derandomized and without an example database: the same examples every run, nothing written.
 FAST = settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)

@@ -11,13 +11,14 @@ from omegaconf import OmegaConf
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
-from magma_torch.eval.datasets.base import Question
-from magma_torch.eval.prompts import INTENT_INSTRUCTIONS, JUDGE_PROMPT_VERSION, JUDGE_SCHEMA, NOT_MENTIONED
-from magma_torch.eval.qa import Answer, answer_questions, judge_answers
 from magma_torch.eval import runner
+from magma_torch.eval.datasets.base import Question
+from magma_torch.eval.prompts import JUDGE_PROMPT_VERSION, JUDGE_SCHEMA
+from magma_torch.eval.qa import Answer, answer_questions, judge_answers
 from magma_torch.eval.runner import run
-from magma_torch.ingest.embedder import Embedder
+from magma_torch.llm.prompts import INTENT_INSTRUCTIONS, NOT_MENTIONED
 from magma_torch.testing import assert_no_run
+from magma_torch.text.embedder import Embedder
 from scripted_llm import ScriptedLLM
 
 TURNS = [

@@ -12,7 +12,7 @@ from magma_torch.query.linearize import linearize
 from magma_torch.query.segment import lexsort, rank_in_group, top_ids, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.tables import EventRow, EventTable
-from magma_torch.text import count_tokens
+from magma_torch.text.tokens import count_tokens
 
 
 def test_rrf_matches_formula_and_breaks_ties_by_id():

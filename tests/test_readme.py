@@ -9,8 +9,8 @@ from magma_torch.eval.runner import records
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def example() -> str:
-    section = README.read_text(encoding="utf-8").split("## Using the memory", 1)[1]
+def example(heading: str = "## Using the memory") -> str:
+    section = README.read_text(encoding="utf-8").split(heading + "\n", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -30,3 +30,11 @@ def test_using_the_memory_example(tmp_path, monkeypatch):
     assert asked.time_window == (datetime(2023, 5, 8), datetime(2023, 5, 8, 23, 59, 59))
     assert mem.retrieve("What did Caroline do yesterday?").time_window is None
     mem.close()
+
+
+def test_the_errors_example_catches_magma_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example("### Errors"), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.startswith("refused: ") and "empty" in printed     # the IngestError, as one line
+    assert printed.count("\n") == 1

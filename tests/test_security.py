@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-import magma_torch
 from magma_torch import MagmaMemory
+import magma_torch
 from magma_torch.config import load_group
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.llm.base import Generation, Usage
 from magma_torch.testing import abandon
+from magma_torch.text.embedder import Embedder
 
 PACKAGE = Path(magma_torch.__file__).parent
 UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "marshal", "shelve", "jsonpickle"}

@@ -11,10 +11,10 @@ import torch
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.knowledge_updates import measure, summary
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.ingest.supersession import UpdateTracker
 from magma_torch.store.integrity import IntegrityError
 from magma_torch.testing import abandon
+from magma_torch.text.embedder import Embedder
 
 KU = Path(__file__).parent / "data" / "longmemeval_knowledge_updates.json"
 

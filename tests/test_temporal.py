@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from magma_torch.ingest import temporal
-from magma_torch.ingest.temporal import (
+from magma_torch.text import temporal
+from magma_torch.text.temporal import (
     ResolvedDate,
     parse_timestamp,
     question_time_window,

@@ -182,7 +182,7 @@ def _timed_batches(fn, q: torch.Tensor, windows: list, batch: int, device: torch
 def _question_embedding_ms(device: torch.device, runs: int = 30) -> float | None:
     """p50 of embedding one question with the bundled MiniLM; None without sentence-transformers."""
     try:
-        from magma_torch.ingest.embedder import Embedder
+        from magma_torch.text.embedder import Embedder
 
         embedder = Embedder(device=device)
     except ImportError:

@@ -17,15 +17,16 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from magma_torch.errors import MagmaError
 from magma_torch.eval.plots import plot_categories
-from magma_torch.eval.run_folder import write_atomic
 from magma_torch.eval.runner import llm_costs, summarise_run
+from magma_torch.files import write_atomic
 
 # settings that may differ between the shards of one experiment
 PER_SHARD = ("out_dir", "dataset.shard", "dataset.sample_ids")
 
 
-class AggregateError(ValueError):
+class AggregateError(MagmaError, ValueError):
     """Shard folders that cannot be merged; the message names the folder."""
 
 

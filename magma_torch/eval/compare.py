@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from magma_torch.errors import MagmaError
 from magma_torch.eval.qa_metrics import paired_bootstrap
 
 # left out as in metrics.json's `overall`: their F1 is LoCoMo's abstention rule, reported apart
 EXCLUDED = {"adversarial"}
 
 
-class CompareError(ValueError):
+class CompareError(MagmaError, ValueError):
     """Run folders that cannot be compared; the message names the folder."""
 
 

@@ -23,8 +23,8 @@ from magma_torch.config import load_group
 from magma_torch.eval.datasets.longmemeval import load_longmemeval
 from magma_torch.eval.metrics import recall_all_at_tokens
 from magma_torch.eval.runner import records
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.memory import MagmaMemory
+from magma_torch.text.embedder import Embedder
 
 BUDGETS = (1000, 2000)
 

@@ -25,9 +25,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from magma_torch.config import CONFIG_MODULE, conf_root, group_options
+from magma_torch.errors import MagmaError
 
 
-class OverrideError(ValueError):
+class OverrideError(MagmaError, ValueError):
     """A command-line override names an unknown group, option or setting, or has the wrong type."""
 
 

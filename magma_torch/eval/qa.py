@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from magma_torch.eval.prompts import JUDGE_SCHEMA, NOT_MENTIONED, answer_prompt, judge_prompt
+from magma_torch.eval.prompts import JUDGE_SCHEMA, judge_prompt
 from magma_torch.eval.qa_metrics import bleu1, locomo_f1, reference_answer
 from magma_torch.llm.answer_format import format_answer
 from magma_torch.llm.base import LLM, Generation
+from magma_torch.llm.prompts import NOT_MENTIONED, answer_prompt
 
 
 class QuestionLike(Protocol):

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from magma_torch.store.persistence import fsync_dir, write_synced
+from magma_torch.errors import MagmaError
+from magma_torch.files import write_atomic
 
 # Settings that may change between a run and its resumption: they do not change the results.
 RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective", "task.answer_chunk")
@@ -26,7 +27,7 @@ SHOWN_CHANGES = 3    # differing settings a refusal names
 _UNSET = object()
 
 
-class RunFolderError(ValueError):
+class RunFolderError(MagmaError, ValueError):
     """The folder holds a run that cannot be continued with this configuration."""
 
 
@@ -66,14 +67,6 @@ def _complete_lines(path: Path) -> list[dict]:
     if len(keep) != len(data):
         path.write_bytes(keep)
     return [json.loads(line) for line in keep.splitlines() if line.strip()]
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` in one rename: readers see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    write_synced(tmp, text.encode())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 class RunFolder:

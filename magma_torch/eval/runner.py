@@ -20,23 +20,22 @@ from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from magma_torch.eval.datasets import (DatasetError, Sample, check_limit, dataset_categories, load_dataset,
-                                       select_samples)
-from magma_torch.eval.overrides import OverrideError, check_overrides
+from magma_torch.config import group_options
+from magma_torch.errors import MagmaError
+from magma_torch.eval import progress
+from magma_torch.eval.datasets import Sample, check_limit, dataset_categories, load_dataset, select_samples
 from magma_torch.eval.metrics import (RETRIEVAL_MS, percentile, recall_all_at_k, recall_all_at_tokens,
                                       recall_any_at_k)
-from magma_torch.config import group_options
-from magma_torch.eval import progress
+from magma_torch.eval.overrides import OverrideError, check_overrides
 from magma_torch.eval.plots import plot_categories
-from magma_torch.eval.prompts import ANSWER_PROMPT_VERSION, judge_prompt_version
+from magma_torch.eval.prompts import judge_prompt_version
 from magma_torch.eval.qa import answer_questions, judge_answers, score_answer
-from magma_torch.eval.run_folder import RunFolder, RunFolderError
-from magma_torch.eval.tracking import TrackerError, build_tracker
-from magma_torch.ingest.embedder import Embedder, resolve_device
-from magma_torch.ingest.fast_path import IngestError
+from magma_torch.eval.run_folder import RunFolder
+from magma_torch.eval.tracking import build_tracker
 from magma_torch.llm import build_llm
-from magma_torch.llm.base import LLMUnavailable
+from magma_torch.llm.prompts import ANSWER_PROMPT_VERSION
 from magma_torch.memory import MagmaMemory, check_config
+from magma_torch.text.embedder import Embedder, resolve_device
 
 # Imported before Hydra sets up logging: importing bm25s sets its logger to DEBUG, which would
 # undo the WARNING level conf/config.yaml gives it and print index chatter into the run.
@@ -47,7 +46,7 @@ RECALL_EXCLUDED = {"adversarial"}
 QA_METRICS = ("f1", "bleu1", "judge")
 
 
-class ConfigError(ValueError):
+class ConfigError(MagmaError, ValueError):
     """A run configuration that cannot work (e.g. task=qa without an llm)."""
 
 
@@ -407,8 +406,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
         print(f"magma-run: stopped by {sig.name}; finished questions are kept in {out}, "
               f"rerun with out_dir={out} to resume", file=sys.stderr)
         sys.exit(128 + sig.value)
-    except (DatasetError, IngestError, ConfigError, LLMUnavailable, RunFolderError, TrackerError) as err:
-        # Bad input is the user's to fix: one readable line, not a traceback.
+    except MagmaError as err:
+        # Bad input, a damaged file, an unusable setting: the user's to fix; one readable line, not a traceback.
         print(f"magma-run: error: {err}", file=sys.stderr)
         sys.exit(2)
     finally:

@@ -12,10 +12,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from magma_torch.errors import MagmaError
+
 log = logging.getLogger(__name__)
 
 
-class TrackerError(RuntimeError):
+class TrackerError(MagmaError, RuntimeError):
     """The tracker could not start or log; the run is not presented as finished."""
 
 

@@ -16,16 +16,18 @@ import sys
 import tempfile
 from pathlib import Path
 
+from magma_torch.errors import MagmaError
 from magma_torch.explain.graph_svg import graph_svg
 from magma_torch.explain.html_view import render_html
 from magma_torch.explain.screenshot import ScreenshotError, screenshot
 from magma_torch.explain.subgraph import entity_names, explain
 from magma_torch.explain.terminal import format_text
-from magma_torch.ingest.temporal import parse_timestamp
-from magma_torch.memory import CHECKPOINT, WAL, MagmaMemory
+from magma_torch.memory import MagmaMemory
+from magma_torch.store.durable import CHECKPOINT, WAL
+from magma_torch.text.temporal import parse_timestamp
 
 
-class ExplainError(ValueError):
+class ExplainError(MagmaError, ValueError):
     """Bad input to magma-explain; the message names the argument, folder or file."""
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from magma_torch.errors import MagmaError
 from magma_torch.explain.html_view import END_RULE
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -24,7 +25,7 @@ RULE_X, RULE_SPAN = 30, 200  # the closing rule is found by this run of pixels (
 BOTTOM_PX = 20               # kept below the rule
 
 
-class ScreenshotError(RuntimeError):
+class ScreenshotError(MagmaError, RuntimeError):
     """No browser, or the browser did not produce the screenshot; the message says which."""
 
 

@@ -13,11 +13,12 @@ from datetime import datetime, timezone
 
 import torch
 
-from magma_torch.ingest.embedder import Embedder
+from magma_torch.errors import MagmaError
 from magma_torch.ingest.episodes import EpisodeConfig, assign_episodes
 from magma_torch.store.persistence import float32_from_base64, float32_to_base64
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow, content_key
+from magma_torch.text.embedder import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ _FIELDS = {"text", "timestamp", "speaker", "source_id", "session_id", "stream", 
 _LINK_CHUNK = 256  # batch rows per semantic-neighbour search
 
 
-class IngestError(ValueError):
+class IngestError(MagmaError, ValueError):
     """A record the fast path refuses; the message names the record."""
 
 
@@ -56,7 +57,7 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig,
              backfill: bool = False) -> tuple[list[EventRow], list[int | None], bool]:
     """Turn raw records into rows. Returns (new rows, per-record existing id or None, whether a
     new row is older than its stream's last event: refused unless ``backfill``)."""
-    from magma_torch.ingest.temporal import resolve_dates  # lazy: dateparser, text records only
+    from magma_torch.text.temporal import resolve_dates  # lazy: dateparser, text records only
 
     rows: list[EventRow] = []
     existing: list[int | None] = []
@@ -114,7 +115,7 @@ def checked_text(name: str, text) -> str:
 
 def checked_time(name: str, value, horizon: float, cfg: FastPathConfig) -> tuple[datetime, float]:
     """(parsed timestamp, epoch seconds UTC); refuses a missing one and one past ``horizon``."""
-    from magma_torch.ingest.temporal import parse_timestamp
+    from magma_torch.text.temporal import parse_timestamp
 
     if value in (None, ""):
         raise IngestError(f"{name}: missing timestamp")
@@ -140,7 +141,7 @@ def revise(store: MemoryStore, row: int, text: str | None, timestamp, cfg: FastP
     """Event ``row`` with a new text and/or timestamp (dates re-resolved), validated as ``add``
     validates: no empty text, no time past the horizon, and no time that breaks its stream's
     order (before its predecessor's or after its successor's: it keeps its place in the chain)."""
-    from magma_torch.ingest.temporal import resolve_dates
+    from magma_torch.text.temporal import resolve_dates
 
     ev, old = store.events, store.events.rows[row]
     name = f"event {ev.ids[row]}" + (f" (source_id={old.source_id!r})" if old.source_id is not None else "")

@@ -44,43 +44,11 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import asdict, dataclass
 
 from magma_torch.ingest import nlp
-from magma_torch.ingest.supersession import SupersessionLink, UpdateTracker
-
-
-@dataclass(frozen=True)
-class EventView:
-    id: int                 # global event id; ids increase in ingest order
-    text: str
-    speaker: str | None
-    stream: str             # conversation / stream id; causal links only within a stream
-    timestamp: datetime
-
-
-@dataclass(frozen=True)
-class EntityMention:
-    name: str               # canonical key, e.g. "violin", "support group", "max"
-    kind: str               # person | place | org | object | activity | work | event | group | other
-    surface: str            # as written, for display
-
-
-@dataclass(frozen=True)
-class CausalLink:
-    cause: int              # event id
-    effect: int             # event id
-    confidence: float       # in (0, 1]
-    cue: str                # the discourse cue that triggered it, e.g. "that's why"
-
-
-@dataclass
-class Proposal:
-    event_id: int
-    entities: list[EntityMention]
-    causal: list[CausalLink]
-    supersedes: list[SupersessionLink] = field(default_factory=list)   # earlier facts this event updates
+from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal
+from magma_torch.ingest.supersession import UpdateTracker
 
 
 # Defaults mirrored in conf/consolidation/heuristic.yaml (a test checks they agree).

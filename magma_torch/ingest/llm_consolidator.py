@@ -40,8 +40,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from magma_torch.ingest.heuristic import CausalLink, EntityMention, EventView, Proposal
-from magma_torch.ingest.supersession import SupersessionLink
+from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal
+from magma_torch.ingest.consolidator import SupersessionLink
 
 log = logging.getLogger(__name__)
 

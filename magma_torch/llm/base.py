@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from magma_torch.errors import MagmaError
+
 Prompt = str | list[dict]   # plain text (sent as one user message) or chat messages
 
 
@@ -22,7 +24,7 @@ class Generation:
     error: str | None = None
 
 
-class LLMUnavailable(RuntimeError):
+class LLMUnavailable(MagmaError, RuntimeError):
     """The backend cannot be used at all (no key, server unreachable): fail fast, one line."""
 
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from magma_torch.errors import MagmaError
+
 from .base import LLMUnavailable
 
 GGUF_MAGIC = b"GGUF"
@@ -62,7 +64,7 @@ MODELS = {m.name: m for m in (
 _BY_FILE = {m.file: m for m in MODELS.values()}
 
 
-class ModelError(RuntimeError):
+class ModelError(MagmaError, RuntimeError):
     """A model that cannot be assembled; the message names the file or package."""
 
 

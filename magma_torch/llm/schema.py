@@ -9,10 +9,12 @@ import json
 import re
 from typing import Any
 
+from magma_torch.errors import MagmaError
+
 from .base import Prompt
 
 
-class OutputError(ValueError):
+class OutputError(MagmaError, ValueError):
     """The model's text is not valid JSON, or the JSON violates the schema (retryable)."""
 
 

@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 
 import torch
 
-from magma_torch.ingest.embedder import Embedder
 from magma_torch.query.anchors import (Anchors, ContextConfig, EpisodeSignalConfig, context_candidates,
                                        context_scores, episode_ranking, inside_windows, keep_inside, rrf_fuse,
                                        speaker_ranking, speakers_named, time_ranking)
@@ -25,12 +24,13 @@ from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.linearize import cut_block, format_time, linearize, render_blocks
 from magma_torch.query.segment import top_ids
-from magma_torch.query.supersession import SupersessionConfig, notes, prefer_current
 from magma_torch.query.similarity import Similarity, SimilarityConfig
+from magma_torch.query.supersession import SupersessionConfig, notes, prefer_current
 from magma_torch.store.graph import TRAVERSED
 from magma_torch.store.store import StoreSnapshot
 from magma_torch.store.validity import superseders
-from magma_torch.text import count_tokens
+from magma_torch.text.embedder import Embedder
+from magma_torch.text.tokens import count_tokens
 
 SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode", "speaker")
 
@@ -141,7 +141,7 @@ class Retriever:
     @torch.inference_mode()
     def retrieve_batch(self, snap: StoreSnapshot, questions: list[str], query_times: list[datetime | None],
                        budget_tokens: int | None = None) -> list[Retrieval]:
-        from magma_torch.ingest.temporal import question_time_window  # lazy: dateparser is not needed to rank
+        from magma_torch.text.temporal import question_time_window  # lazy: dateparser is not needed to rank
 
         budget = self.cfg.budget_tokens if budget_tokens is None else budget_tokens
         q = self.embedder.encode(questions).to(snap.embeddings.device)

@@ -25,10 +25,11 @@ from graphlib import CycleError, TopologicalSorter
 
 import torch
 
+from magma_torch.errors import MagmaError
 from magma_torch.store.store import MemoryStore
 
 
-class IntegrityError(RuntimeError):
+class IntegrityError(MagmaError, RuntimeError):
     """A store that breaks its invariants; the message lists each violation."""
 
 

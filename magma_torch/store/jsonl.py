@@ -29,15 +29,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
+from magma_torch.files import replaced_atomically
 from magma_torch.store.graph import RELATIONS
 from magma_torch.store.persistence import (CorruptSaveError, SavedStore, check_counts, event_line,
-                                           float32_from_base64, float32_to_base64, fsync_dir)
+                                           float32_from_base64, float32_to_base64)
 from magma_torch.store.tables import EventRow
 
 FORMAT = "magma_torch.jsonl"
@@ -48,22 +48,12 @@ _HEADER_KEYS = ("namespace", "config", "consolidation")   # of the captured stat
 def write_jsonl(saved: SavedStore, path: str | os.PathLike) -> None:
     """Write ``saved`` (captured with a ``MagmaMemory`` state) to ``path``; atomic: the file
     appears complete or not at all."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            n = 0
-            for line in _lines(saved):
-                f.write(line)
-                n += 1
-            f.write(_line({"type": "end", "lines": n}))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with replaced_atomically(path) as f:
+        n = 0
+        for line in _lines(saved):
+            f.write(line)
+            n += 1
+        f.write(_line({"type": "end", "lines": n}))
 
 
 def _line(obj: dict) -> str:

@@ -39,6 +39,8 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from magma_torch.errors import MagmaError
+from magma_torch.files import fsync_dir, write_synced
 from magma_torch.store.graph import RELATIONS, MultiGraph
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
@@ -52,7 +54,7 @@ TENSORS, EVENTS, ENTITIES, STATE, MANIFEST = (
 FILES = (TENSORS, EVENTS, ENTITIES, STATE)
 
 
-class CorruptSaveError(ValueError):
+class CorruptSaveError(MagmaError, ValueError):
     """A save folder that is incomplete, corrupted or of an unknown format; names the file."""
 
 
@@ -151,24 +153,6 @@ def write_save(path: str | os.PathLike, files: dict[str, bytes]) -> None:
 def _check_replaceable(path: Path) -> None:
     if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / MANIFEST).is_file())):
         raise FileExistsError(f"{path}: exists and is not a save folder (no {MANIFEST}); refusing to replace it")
-
-
-def write_synced(path: Path, data: bytes) -> None:
-    """Write ``path`` and fsync it before returning."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def fsync_dir(path: Path) -> None:
-    if os.name != "posix":  # only POSIX can open a directory to fsync its entries
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _move_into_place(tmp: Path, path: Path) -> None:

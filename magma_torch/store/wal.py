@@ -18,7 +18,8 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from magma_torch.store.persistence import CorruptSaveError, fsync_dir
+from magma_torch.files import fsync_dir
+from magma_torch.store.persistence import CorruptSaveError
 
 
 def _frame(record: dict) -> bytes:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from magma_torch.errors import MagmaError
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -41,7 +43,7 @@ class Sample:
     questions: tuple[Question, ...]
 
 
-class DatasetError(ValueError):
+class DatasetError(MagmaError, ValueError):
     """A dataset file is missing or malformed; the message names the file and JSON path."""
 
 

@@ -1,0 +1,10 @@
+"""The base of every error magma_torch raises on purpose, so a caller can catch them all at once.
+
+Each specific error also keeps the builtin base it had before (``IngestError`` is still a
+``ValueError``), so code that catches the builtin keeps working.
+"""
+
+
+class MagmaError(Exception):
+    """An error magma_torch raised on purpose: bad input, a damaged file, an unusable setting; its
+    message names what to fix."""

@@ -1,0 +1,59 @@
+"""What the slow path and a consolidator exchange: the events it is shown (``EventView``), what it
+proposes for each (``Proposal``: entity mentions, causal and supersession links), and the
+``Consolidator`` protocol that the heuristic and the LLM consolidator implement."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class EventView:
+    id: int                 # global event id; ids increase in ingest order
+    text: str
+    speaker: str | None
+    stream: str             # conversation / stream id; causal links only within a stream
+    timestamp: datetime
+
+
+@dataclass(frozen=True)
+class EntityMention:
+    name: str               # canonical key, e.g. "violin", "support group", "max"
+    kind: str               # person | place | org | object | activity | work | event | group | other
+    surface: str            # as written, for display
+
+
+@dataclass(frozen=True)
+class CausalLink:
+    cause: int              # event id
+    effect: int             # event id
+    confidence: float       # in (0, 1]
+    cue: str                # the discourse cue that triggered it, e.g. "that's why"
+
+
+@dataclass
+class Proposal:
+    event_id: int
+    entities: list[EntityMention]
+    causal: list[CausalLink]
+    supersedes: list[SupersessionLink] = field(default_factory=list)   # earlier facts this event updates
+
+
+@dataclass(frozen=True)
+class SupersessionLink:
+    later: int              # event id of the update
+    earlier: int            # event id whose fact it ends
+    confidence: float       # in (0, 1]
+    cue: str                # what triggered it, e.g. "residence: moved"
+
+
+class Consolidator(Protocol):
+    def propose(self, batch: Sequence[EventView], context: dict[int, Sequence[EventView]]) -> list[Proposal]: ...
+
+    def backfill(self) -> list[tuple[int, EntityMention]]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...

@@ -1,0 +1,1 @@
+"""Text tools that both ingest and query use: the embedder, the temporal parser, token counting."""
