@@ -47,3 +47,11 @@ def test_an_unknown_date_style_fails_before_the_reader_runs():
     with pytest.raises(ValueError, match=r"task.answer_dates='iso'"):
         answer_questions([R()], [Question("s/q0", "When?", "x", (), "temporal", None)], Never(), dates="iso")
     assert format_answer("2023-05-07", "as_written") == "2023-05-07"
+
+
+def test_the_facade_answers_with_the_same_date_style():
+    from magma_torch import MagmaMemory
+    with MagmaMemory(consolidation="none", device="cpu") as mem:
+        mem.add("I ran a charity race today.", "2023-05-07 10:00", speaker="Jo")
+        assert mem.answer("When did Jo run the race?", ISOReader())[0] == "7 May 2023"
+        assert mem.answer("When did Jo run the race?", ISOReader(), dates="as_written")[0] == "2023-05-07"
