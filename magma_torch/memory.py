@@ -1,6 +1,7 @@
 """MagmaMemory: the facade that wires ingest, store and query together."""
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import re
@@ -16,7 +17,9 @@ import hydra.utils
 from omegaconf import DictConfig, OmegaConf
 
 from magma_torch import lifecycle
-from magma_torch.config import load_group
+from magma_torch.config.resolve import (consolidation_config, memory_config, saved_memory_config as saved_config,
+                                        settings, worker_settings)
+from magma_torch.config.schema import ConsolidationConfig, MemoryConfig
 from magma_torch.eval.prompts import answer_prompt
 from magma_torch.events import StoredEvent, UnknownEventError
 from magma_torch.ingest import fast_path
@@ -26,7 +29,7 @@ from magma_torch.ingest.temporal import parse_timestamp
 from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.base import LLM
 from magma_torch.query.intent import IntentClassifier
-from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
+from magma_torch.query.retriever import Retrieval, Retriever
 from magma_torch.store import integrity, jsonl, live_read, persistence, validity
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.wal import WriteAheadLog
@@ -35,25 +38,19 @@ CHECKPOINT, WAL, LOCK = "checkpoint", "wal.jsonl", ".lock"
 _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def _as_config(cfg, group: str, default: str) -> DictConfig | None:
-    if cfg is None:
-        return load_group(group, default)
-    if isinstance(cfg, str):
-        return load_group(group, cfg)
-    return OmegaConf.create(cfg) if not isinstance(cfg, DictConfig) else cfg
-
-
 class MagmaMemory:
     """A multi-graph memory: ``add`` events, ``consolidate``, ``retrieve``.
 
-    ``config`` is a memory config (a name under ``conf/memory``, a mapping or a
-    DictConfig); ``consolidation`` a consolidation config (``conf/consolidation``:
-    "heuristic" by default, "none" for no slow path, "llm" for LLM consolidation, which
-    uses ``llm`` — or, when that is None, an LLM built from the config's ``llm`` entry).
+    ``config`` is a memory config: a ``MemoryConfig``, a partial mapping or DictConfig merged
+    onto its defaults, or a name under ``conf/memory`` (None: the defaults, magma's).
+    ``consolidation`` a consolidation config, the same ways (``HeuristicConsolidationConfig``
+    by default; "none" for no slow path; "llm" for LLM consolidation, which uses ``llm`` — or,
+    when that is None, an LLM built from the config's ``llm`` entry). An unknown key or a
+    wrong type raises ``ConfigError`` naming the key (magma_torch.config).
     """
 
-    def __init__(self, config: str | Mapping | DictConfig | None = None,
-                 consolidation: str | Mapping | DictConfig | None = None, *, namespace: str = "default",
+    def __init__(self, config: str | Mapping | DictConfig | MemoryConfig | None = None,
+                 consolidation: str | Mapping | DictConfig | ConsolidationConfig | None = None, *, namespace: str = "default",
                  device: str | None = None, embedder: Embedder | None = None, llm: LLM | None = None,
                  store_dir: str | os.PathLike | None = None, durable: bool = False):
         if durable and store_dir is None:
@@ -70,20 +67,18 @@ class MagmaMemory:
                 config = saved_config(saved.state["config"]) if config is None else config
                 consolidation = saved.state["consolidation"] if consolidation is None else consolidation
         self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
-        self.config = _as_config(config, "memory", "magma")
-        self.consolidation_config = _as_config(consolidation, "consolidation", "heuristic")
+        self.config = memory_config(config)
+        self.consolidation_config = consolidation_config(consolidation)
         self.namespace = namespace
-        cfg = self.config
+        cfg: MemoryConfig = settings(self.config)
         self.device = resolve_device(device or cfg.device)
-        self.embedder = embedder or Embedder(device=self.device, **cfg.embedder)
+        self.embedder = embedder or Embedder(device=self.device, **dataclasses.asdict(cfg.embedder))
         self.store = self.new_store()
-        self.fast_cfg = fast_path.FastPathConfig(**cfg.fast_path)
+        self.fast_cfg = cfg.fast_path
         self.consolidator = self._make_consolidator()
-        self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path.batch_size,
-                                     cfg.slow_path.window, background=cfg.slow_path.background,
-                                     **self._caps())
-        self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device),
-                                   RetrievalConfig.from_mapping(OmegaConf.to_container(cfg.retrieval, resolve=True)))
+        self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path,
+                                     worker_settings(self.consolidation_config))
+        self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device), cfg.retrieval)
         if self.path is not None:
             self._open_store(saved, durable)
 
@@ -208,11 +203,6 @@ class MagmaMemory:
             self.llm = build_llm(spec)
             self._owns_llm = True
         return hydra.utils.instantiate(c, llm=self.llm)
-
-    def _caps(self) -> dict:
-        c = self.consolidation_config
-        keys = ("max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event")
-        return {k: c[k] for k in keys if c is not None and k in c}
 
     # ---- fast path ----
     def add(self, text: str, timestamp, speaker: str | None = None, source_id: str | None = None,
@@ -558,27 +548,12 @@ def _lock_folder(path: Path) -> IO:
     return f
 
 
-def check_config(config: DictConfig) -> None:
-    """Build the typed fast-path and retrieval settings of a memory config: an unknown relation,
-    signal or episode setting raises ValueError in one line before any work starts."""
-    fast_path.FastPathConfig(**config.fast_path)
-    RetrievalConfig.from_mapping(OmegaConf.to_container(config.retrieval, resolve=True))
-
-
 def check_namespace(namespace: str) -> str:
     """A namespace names a folder of its own: letters, digits, ``._-``, no path tricks."""
     if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
         raise ValueError(f"namespace {namespace!r}: use 1-128 letters, digits, '.', '_' or '-', "
                          "starting with a letter or digit")
     return namespace
-
-
-def saved_config(config: Mapping) -> DictConfig:
-    """A memory config as a save recorded it, with settings added to the toolkit since then
-    (e.g. ``chain_span``, ``retrieval.similarity``) at their defaults."""
-    defaults = load_group("memory", "magma")
-    OmegaConf.set_struct(defaults, False)   # a key this version no longer has is kept, not refused
-    return OmegaConf.merge(defaults, config)
 
 
 def _check_holds(saved: persistence.SavedStore, namespace: str) -> None:

@@ -73,13 +73,13 @@ def test_ablation_removes_one_relation_for_every_intent(removed):
     assert (ablated[:, REL_ID[removed]] == 0).all() and (full[:, REL_ID[removed]] > 0).all()
     others = [j for r, j in REL_ID.items() if r != removed]
     assert (ablated[:, others] == full[:, others]).all()
-    assert cfg.intent_weights["uniform"][removed] == 0      # also when use_intent is off
+    assert getattr(cfg.intent_weights.uniform, removed) == 0      # also when use_intent is off
     # no_temporal also drops the RRF rankings built on the temporal chain, no_episode the episode
     # ranking; the others keep them
-    context_on = {cfg.signal_weights[s] > 0 for s in ("vector_context", "keyword_context")}
+    context_on = {getattr(cfg.signal_weights, s) > 0 for s in ("vector_context", "keyword_context")}
     assert context_on == ({False} if removed == "temporal" else {True})
-    assert (cfg.signal_weights["episode"] > 0) == (removed != "episode" and full_cfg.signal_weights["episode"] > 0)
-    assert cfg.signal_weights["time"] == full_cfg.signal_weights["time"] > 0
+    assert (cfg.signal_weights.episode > 0) == (removed != "episode" and full_cfg.signal_weights.episode > 0)
+    assert cfg.signal_weights.time == full_cfg.signal_weights.time > 0
 
 
 def test_no_traversal_is_depth_zero_and_magma_paper_keeps_to_table_5():
@@ -90,12 +90,12 @@ def test_no_traversal_is_depth_zero_and_magma_paper_keeps_to_table_5():
     _, paper = relation_matrix("magma_paper")
     b = paper.beam
     assert paper.active_signals == ("vector", "keyword", "time") and paper.time_filter
-    assert paper.signal_top_k["vector"] == 20 and 2 <= paper.signal_weights["keyword"] <= 5
+    assert paper.signal_top_k.vector == 20 and 2 <= paper.signal_weights.keyword <= 5
     assert (b.max_depth, b.max_nodes, b.drop_threshold, b.lambda1) == (5, 200, 0.15, 1.0) and 0.3 <= b.lambda2 <= 0.7
     for intent in INTENTS:
-        w = paper.intent_weights[intent]
-        assert 2.5 <= w["entity"] <= 6 and 0.5 <= w["temporal"] <= 4 and 3 <= w["causal"] <= 5
-        assert 2.5 <= w["semantic"] <= 5 and w["episode"] == 0
+        w = getattr(paper.intent_weights, intent)
+        assert 2.5 <= w.entity <= 6 and 0.5 <= w.temporal <= 4 and 3 <= w.causal <= 5
+        assert 2.5 <= w.semantic <= 5 and w.episode == 0
 
 
 def test_no_policy_uses_one_row_for_every_intent():

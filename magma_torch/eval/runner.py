@@ -36,7 +36,7 @@ from magma_torch.ingest.embedder import Embedder, resolve_device
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.llm import build_llm
 from magma_torch.llm.base import LLMUnavailable
-from magma_torch.memory import MagmaMemory, check_config
+from magma_torch.memory import MagmaMemory
 
 # Imported before Hydra sets up logging: importing bm25s sets its logger to DEBUG, which would
 # undo the WARNING level conf/config.yaml gives it and print index chatter into the run.
@@ -190,10 +190,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     d = cfg.dataset
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
     check_limit(limit)   # before the dataset is read
-    try:
-        check_config(cfg.memory)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"memory={cfg.memory.name}: {err}") from None
+    # (cfg.memory and cfg.consolidation were composed against their schema: their keys and types hold)
     samples = load_dataset(d.name, d.get("path"))
     if sample_ids is not None or shard is not None:
         total = None  # the progress bar's length is known only once the selection has run

@@ -1,14 +1,27 @@
-"""Access to the packaged Hydra config tree (the repository's ``conf/``)."""
+"""The packaged Hydra config tree (the repository's ``conf/``) and the typed schema behind it.
+
+Importing this package registers the schema (``schema.py``) in Hydra's ConfigStore, so every
+``conf/memory`` and ``conf/consolidation`` YAML is composed against its dataclass.
+"""
 from __future__ import annotations
 
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 
 from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
+from magma_torch.config.schema import HeuristicConsolidationConfig, LLMConsolidationConfig, MemoryConfig
+
 CONFIG_MODULE = "magma_torch.conf"
+# (group, name) of each schema in the ConfigStore: a YAML of the group lists it first in its defaults.
+SCHEMAS = {("memory", "schema"): MemoryConfig, ("consolidation", "heuristic_schema"): HeuristicConsolidationConfig,
+           ("consolidation", "llm_schema"): LLMConsolidationConfig}
+
+for (_group, _name), _node in SCHEMAS.items():
+    ConfigStore.instance().store(group=_group, name=_name, node=_node)
 
 
 def conf_root() -> Traversable:
@@ -22,7 +35,7 @@ def group_options(group: str) -> list[str]:
 
 
 def load_group(group: str, name: str) -> DictConfig:
-    """One option of a config group composed by Hydra (defaults lists included),
+    """One option of a config group composed by Hydra (defaults lists and schema included),
     e.g. ``load_group("memory", "hybrid_rag")``."""
     if not (conf_root() / group / f"{name}.yaml").is_file():
         raise ValueError(f"unknown {group} config {name!r}; options: {group_options(group)}")
