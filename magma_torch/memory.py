@@ -190,11 +190,11 @@ class MagmaMemory:
         c = self.consolidation_config
         if c is None or c.get("_target_") is None:
             return None
-        if "llm" not in c.keys():  # (`in c` is False for a missing "???" value)
+        if "llm" not in c.keys():
             return hydra.utils.instantiate(c)
         # An LLM consolidator: the LLM passed in, else one built from the config's `llm` entry.
         if self.llm is None:
-            spec = None if OmegaConf.is_missing(c, "llm") else c.llm
+            spec = c.llm
             if not spec:
                 raise ValueError("this consolidation config needs an LLM: pass MagmaMemory(..., llm=...) "
                                  "or set consolidation.llm to an llm config")

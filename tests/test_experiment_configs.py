@@ -1,4 +1,4 @@
-"""Every experiment grid composes point by point, and the ablations are what they claim."""
+"""Every experiment grid composes point by point through the schema, and the ablations are what they claim."""
 import itertools
 
 import pytest
@@ -7,6 +7,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from magma_torch.config import group_options, load_group
+from magma_torch.config.resolve import consolidation_config, memory_config, settings
+from magma_torch.config.schema import MemoryConfig
 from magma_torch.memory import MagmaMemory
 from magma_torch.query.intent import INTENTS
 from magma_torch.store.graph import REL_ID
@@ -44,6 +46,8 @@ def test_every_grid_point_composes(experiment):
         assert len(points) > 1
         for point in points:
             cfg = compose("config", overrides=[f"+experiment={experiment}", *DATA, *point])
+            assert isinstance(settings(memory_config(cfg.memory)), MemoryConfig)     # through the schema
+            consolidation_config(cfg.consolidation)                                  # raises on a bad key
             for override in point:  # each swept value reaches the job's config
                 key, value = override.split("=", 1)
                 got = OmegaConf.select(cfg, key) if "." in key else cfg[key].name

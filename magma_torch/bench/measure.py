@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from magma_torch.bench.reference import RowLists, reference_graph
 from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
-from magma_torch.config.resolve import settings, typed
+from magma_torch.config.resolve import settings, typed, yaml_option
 from magma_torch.config.schema import RetrievalConfig
 from magma_torch.ingest import bulk
 from magma_torch.query.anchors import Anchors
@@ -37,11 +37,10 @@ from magma_torch.store.store import MemoryStore
 
 def load_config(path: str | Path | None = None):
     """conf/bench/default.yaml (or ``path``) with the retrieval block of the memory config it
-    names (conf/memory/<memory>, composed against the schema) under ``retrieval``, and that
-    config's store settings ``chain_span`` and ``scan_dtype``."""
+    names (conf/memory/<memory>.yaml next to the bench folder, composed against the schema
+    without Hydra) under ``retrieval``, and that config's store settings ``chain_span`` and
+    ``scan_dtype``."""
     from omegaconf import OmegaConf
-
-    from magma_torch.config.resolve import memory_config
 
     if path is None:
         from importlib.resources import files
@@ -49,7 +48,7 @@ def load_config(path: str | Path | None = None):
         path = files("magma_torch.conf") / "bench" / "default.yaml"
     path = Path(str(path))
     cfg = OmegaConf.load(path)
-    memory = memory_config(cfg.memory)
+    memory = yaml_option(path.parent.parent / "memory", cfg.memory)
     cfg.retrieval = OmegaConf.merge(memory.retrieval, cfg.retrieval)   # typed: a bad override fails here
     cfg.chain_span, cfg.scan_dtype = memory.chain_span, memory.scan_dtype
     return cfg

@@ -1,45 +1,15 @@
-"""The packaged Hydra config tree (the repository's ``conf/``) and the typed schema behind it.
-
-Importing this package registers the schema (``schema.py``) in Hydra's ConfigStore, so every
-``conf/memory`` and ``conf/consolidation`` YAML is composed against its dataclass.
+"""Configuration: the typed schema (``schema``: the one source of defaults, no Hydra or torch),
+what ``MagmaMemory`` accepts turned into typed configs (``resolve``: OmegaConf only), and the
+packaged Hydra config tree (``groups``: ``conf_root``, ``group_options``, ``load_group``), whose
+import registers the schema in Hydra's ConfigStore. The tree's names are served from here lazily,
+so the schema and the tensor modules that read it import without Hydra.
 """
-from __future__ import annotations
-
-from importlib.resources import files
-from importlib.resources.abc import Traversable
-
-from hydra import compose, initialize_config_module
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
-
-from magma_torch.config.schema import HeuristicConsolidationConfig, LLMConsolidationConfig, MemoryConfig
-
-CONFIG_MODULE = "magma_torch.conf"
-# (group, name) of each schema in the ConfigStore: a YAML of the group lists it first in its defaults.
-SCHEMAS = {("memory", "schema"): MemoryConfig, ("consolidation", "heuristic_schema"): HeuristicConsolidationConfig,
-           ("consolidation", "llm_schema"): LLMConsolidationConfig}
-
-for (_group, _name), _node in SCHEMAS.items():
-    ConfigStore.instance().store(group=_group, name=_name, node=_node)
+_GROUPS = ("CONFIG_MODULE", "conf_root", "group_options", "load_group")
 
 
-def conf_root() -> Traversable:
-    return files(CONFIG_MODULE)
+def __getattr__(name: str):
+    if name in _GROUPS:
+        from magma_torch.config import groups
 
-
-def group_options(group: str) -> list[str]:
-    """The option names of a config group (its YAML files), [] for an unknown group."""
-    folder = conf_root() / group
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")) if folder.is_dir() else []
-
-
-def load_group(group: str, name: str) -> DictConfig:
-    """One option of a config group composed by Hydra (defaults lists and schema included),
-    e.g. ``load_group("memory", "hybrid_rag")``."""
-    if not (conf_root() / group / f"{name}.yaml").is_file():
-        raise ValueError(f"unknown {group} config {name!r}; options: {group_options(group)}")
-    if GlobalHydra.instance().is_initialized():
-        return compose("config", overrides=[f"{group}={name}"])[group]
-    with initialize_config_module(CONFIG_MODULE, version_base=None):
-        return compose("config", overrides=[f"{group}={name}"])[group]
+        return getattr(groups, name)
+    raise AttributeError(f"module 'magma_torch.config' has no attribute {name!r}")

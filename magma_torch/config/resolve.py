@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from magma_torch.config import load_group
 from magma_torch.config.schema import (ConsolidationConfig, HeuristicConsolidationConfig, LLMConsolidationConfig,
-                                       MemoryConfig)
+                                       MemoryConfig, SCHEMAS)
 
 CONSOLIDATORS = {c._target_: c for c in (HeuristicConsolidationConfig, LLMConsolidationConfig)}
 # What the slow-path worker reads of a consolidation config (the window shown, the caps written).
@@ -23,12 +23,15 @@ WORKER_KEYS = ("window", "max_causal_per_event", "max_entities_per_event", "max_
 
 
 class ConfigError(ValueError):
-    """A memory or consolidation config with an unknown key or a value of the wrong type."""
+    """A configuration that cannot work: an unknown key or a value of the wrong type in a memory or
+    consolidation config, or a run that lacks what it needs (e.g. task=qa without an llm)."""
 
 
 def memory_config(cfg) -> DictConfig:
     """A typed memory config from what ``MagmaMemory(config=...)`` accepts."""
     if isinstance(cfg, str):
+        from magma_torch.config.groups import load_group   # lazy: Hydra, for group names only
+
         cfg = load_group("memory", cfg)
     return typed(MemoryConfig, cfg, "memory")
 
@@ -40,6 +43,8 @@ def consolidation_config(cfg) -> DictConfig | None:
     if cfg is None:
         return typed(HeuristicConsolidationConfig, None, "consolidation")
     if isinstance(cfg, str):
+        from magma_torch.config.groups import load_group
+
         cfg = load_group("consolidation", cfg)
     if isinstance(cfg, ConsolidationConfig):
         return typed(type(cfg), cfg, "consolidation")
@@ -83,6 +88,23 @@ def saved_memory_config(config: Mapping) -> DictConfig:
     return _merged(schema, _known(_plain(config), schema), "memory")
 
 
+def yaml_option(folder: Path, name: str) -> DictConfig:
+    """``folder/<name>.yaml`` (an option of ``conf/memory`` or ``conf/consolidation``) composed
+    without Hydra, for tools that run where Hydra is not installed (experiments/gpu_bench.py). Its
+    defaults list names its schema and other options of the folder, with ``_self_`` last, as
+    every file there does; anything else raises ConfigError."""
+    raw = OmegaConf.load(folder / f"{name}.yaml")
+    defaults = list(raw.pop("defaults", ["_self_"]))
+    if defaults[-1:] != ["_self_"] or not all(isinstance(d, str) for d in defaults):
+        raise ConfigError(f"{folder / name}.yaml: composing it needs Hydra (its defaults list is not 'options, _self_')")
+    schema = {n: s for (group, n), s in SCHEMAS.items() if group == folder.name}
+    cfg = None
+    for d in defaults[:-1]:
+        part = OmegaConf.structured(schema[d]) if d in schema else yaml_option(folder, d)
+        cfg = part if cfg is None else _merged(cfg, part, folder.name)
+    return raw if cfg is None else _merged(cfg, raw, folder.name)
+
+
 def _known(values: dict, schema: DictConfig) -> dict:
     """``values`` without the keys ``schema`` does not have, at every depth."""
     return {k: _known(v, schema[k]) if isinstance(v, dict) and isinstance(schema[k], DictConfig) else v
@@ -97,7 +119,7 @@ def _plain(cfg) -> dict:
     return dict(cfg)
 
 
-def _merged(schema: DictConfig, values: dict, where: str) -> DictConfig:
+def _merged(schema: DictConfig, values: dict | DictConfig, where: str) -> DictConfig:
     try:
         return OmegaConf.merge(schema, values)
     except OmegaConfBaseException as err:

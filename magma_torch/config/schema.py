@@ -6,7 +6,8 @@ dataclass registered as its schema, ``magma_torch.config.store``), and the runti
 same classes: ``FastPathConfig`` is what the fast path takes, ``RetrievalConfig`` what the
 retriever takes, and so on. Ranges in comments are the paper's Table 5.
 
-No torch and nothing from ingest/query/eval is imported: the schema loads on its own.
+Nothing but the standard library is imported (no torch, Hydra or OmegaConf, nothing from
+ingest/query/eval): the schema loads on its own.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from omegaconf import MISSING
+MISSING = "???"   # OmegaConf's mark of a value that must be given (omegaconf.MISSING)
 
 
 # ---- fast path ----
@@ -289,7 +290,7 @@ class LLMConsolidationConfig(ConsolidationConfig):
     LLM is MagmaMemory(..., llm=...) or, when that is None, one built from ``llm`` (an llm config)."""
     needs_graph: ClassVar[bool] = True
     _target_: str = "magma_torch.ingest.llm_consolidator.LLMConsolidator"
-    llm: Any = MISSING
+    llm: Any = None                   # an llm config to build it from; None: MagmaMemory's llm (magma-run: the `llm` group's)
     max_supersedes_per_event: int = 2
     min_confidence: float = 0.5       # delta: proposed causal links below this confidence are dropped
     hops: int = 2                     # neighbourhood shown per event: temporal, semantic, causal edges and shared entities
@@ -300,3 +301,8 @@ class LLMConsolidationConfig(ConsolidationConfig):
     temperature: float = 0.0
     speaker_entity: bool = False      # speakers are event attributes; true restores the old speaker hub nodes
     entities_in_text: bool = True     # an entity name must occur in the event's text
+
+
+# (group, name) of each schema in Hydra's ConfigStore: a YAML of the group lists it first in its defaults.
+SCHEMAS = {("memory", "schema"): MemoryConfig, ("consolidation", "heuristic_schema"): HeuristicConsolidationConfig,
+           ("consolidation", "llm_schema"): LLMConsolidationConfig}

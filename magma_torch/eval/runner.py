@@ -20,6 +20,7 @@ from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from magma_torch.config.resolve import ConfigError, consolidation_config, memory_config
 from magma_torch.eval.datasets import (DatasetError, Sample, check_limit, dataset_categories, load_dataset,
                                        select_samples)
 from magma_torch.eval.overrides import OverrideError, check_overrides
@@ -45,10 +46,6 @@ importlib.import_module("bm25s")
 log = logging.getLogger("magma_torch.run")
 RECALL_EXCLUDED = {"adversarial"}
 QA_METRICS = ("f1", "bleu1", "judge")
-
-
-class ConfigError(ValueError):
-    """A run configuration that cannot work (e.g. task=qa without an llm)."""
 
 
 def records(sample: Sample) -> list[dict]:
@@ -179,8 +176,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     """Run one experiment and write its folder (resuming what it already holds); returns the metrics dict."""
     qa = cfg.task.name == "qa"
     c = cfg.consolidation
-    # consolidation=llm with `llm: ???` consolidates with the LLM of the `llm` group
-    shared = c is not None and "llm" in c.keys() and OmegaConf.is_missing(c, "llm")
+    # consolidation=llm with no `llm` of its own (null) consolidates with the LLM of the `llm` group
+    shared = c is not None and "llm" in c.keys() and c.llm is None
     has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
     for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
         if needed and not has_llm:
@@ -190,7 +187,9 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     d = cfg.dataset
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
     check_limit(limit)   # before the dataset is read
-    # (cfg.memory and cfg.consolidation were composed against their schema: their keys and types hold)
+    # Composed against their schema already, but a `+key=value` override adds a key the schema lacks
+    memory_config(cfg.memory)
+    consolidation_config(cfg.consolidation)
     samples = load_dataset(d.name, d.get("path"))
     if sample_ids is not None or shard is not None:
         total = None  # the progress bar's length is known only once the selection has run

@@ -1,0 +1,43 @@
+"""The packaged Hydra config tree (the repository's ``conf/``), composed by Hydra.
+
+Importing this module registers the schema (``schema.py``) in Hydra's ConfigStore, so every
+``conf/memory`` and ``conf/consolidation`` YAML is composed against its dataclass (each lists
+its schema first in its defaults).
+"""
+from __future__ import annotations
+
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+
+from magma_torch.config.schema import SCHEMAS
+
+CONFIG_MODULE = "magma_torch.conf"
+
+for (_group, _name), _node in SCHEMAS.items():
+    ConfigStore.instance().store(group=_group, name=_name, node=_node)
+
+
+def conf_root() -> Traversable:
+    return files(CONFIG_MODULE)
+
+
+def group_options(group: str) -> list[str]:
+    """The option names of a config group (its YAML files), [] for an unknown group."""
+    folder = conf_root() / group
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")) if folder.is_dir() else []
+
+
+def load_group(group: str, name: str) -> DictConfig:
+    """One option of a config group composed by Hydra (defaults lists and schema included),
+    e.g. ``load_group("memory", "hybrid_rag")``."""
+    if not (conf_root() / group / f"{name}.yaml").is_file():
+        raise ValueError(f"unknown {group} config {name!r}; options: {group_options(group)}")
+    if GlobalHydra.instance().is_initialized():
+        return compose("config", overrides=[f"{group}={name}"])[group]
+    with initialize_config_module(CONFIG_MODULE, version_base=None):
+        return compose("config", overrides=[f"{group}={name}"])[group]
