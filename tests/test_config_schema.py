@@ -120,3 +120,18 @@ def test_a_saved_config_with_keys_since_removed_or_added_still_opens():
     assert "window" not in cfg.slow_path and "retired_setting" not in cfg
     assert settings(cfg).retrieval.supersession == RetrievalConfig().supersession
     assert cfg.retrieval.anchor_k == 200 and cfg.name == "hybrid_rag"       # the saved values win
+
+
+def test_a_run_folder_written_by_an_earlier_version_still_resumes():
+    """Its config.yaml has a setting since removed (slow_path.window) and lacks ones added since."""
+    from magma_torch.eval.run_folder import _comparable, differences
+
+    new = OmegaConf.create({"out_dir": "/tmp/x", "memory": memory_config("magma"),
+                            "consolidation": consolidation_config("heuristic")})
+    old = OmegaConf.to_container(new)
+    old["memory"]["slow_path"]["window"] = 6
+    del old["memory"]["fast_path"]["default_stream"], old["consolidation"]["max_supersedes_per_event"]
+    old = OmegaConf.create(old)
+    assert differences(_comparable(old), _comparable(new)) == []
+    new.memory.retrieval.anchor_k = 7
+    assert differences(_comparable(old), _comparable(new)) == ["memory.retrieval.anchor_k: 50 -> 7"]

@@ -118,12 +118,12 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
     """task=qa: answer the questions in one batch, score, judge in one batch. Each row gets its
     share of the two batches' wall time (``answer_s``, ``judge_s``)."""
     t0 = time.perf_counter()
-    answers = answer_questions(results, qs, reader, max_tokens=task.get("answer_max_tokens", 128),
-                               temperature=task.get("answer_temperature", 0.0))
+    answers = answer_questions(results, qs, reader, max_tokens=task.answer_max_tokens,
+                               temperature=task.answer_temperature)
     t1 = time.perf_counter()
     kinds = ["abstention" if q.abstention else q.category for q in qs]   # picks the judge prompt
     verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], kinds,
-                             answers, max_tokens=task.get("judge_max_tokens", 16)) if judge is not None else None
+                             answers, max_tokens=task.judge_max_tokens) if judge is not None else None
     t2 = time.perf_counter()
     for i, (row, q, a) in enumerate(zip(rows, qs, answers)):
         row["answer_s"], row["judge_s"] = (t1 - t0) / len(qs), (t2 - t1) / len(qs)
