@@ -62,7 +62,7 @@ def worker_settings(cfg: DictConfig | None) -> HeuristicConsolidationConfig | LL
     your own gets the heuristic's window and caps, less those its config sets."""
     if cfg is None:
         return HeuristicConsolidationConfig()
-    if cfg._get_node("_target_")._value() in CONSOLIDATORS:
+    if dataclasses.is_dataclass(OmegaConf.get_type(cfg)):
         return settings(cfg)
     return HeuristicConsolidationConfig(**{k: cfg[k] for k in WORKER_KEYS if k in cfg})
 
@@ -70,10 +70,10 @@ def worker_settings(cfg: DictConfig | None) -> HeuristicConsolidationConfig | LL
 def typed(schema: type, cfg, where: str) -> DictConfig:
     """``cfg`` (None, a dataclass instance, a mapping or DictConfig) merged onto ``schema``'s defaults."""
     if cfg is None or isinstance(cfg, schema):
-        return _merged(OmegaConf.structured(schema if cfg is None else cfg), {}, where)
+        return _merged(schema if cfg is None else cfg, {}, where)
     if dataclasses.is_dataclass(cfg):
         raise ConfigError(f"{where}: expected a {schema.__name__}, got a {type(cfg).__name__}")
-    return _merged(OmegaConf.structured(schema), _plain(cfg), where)
+    return _merged(schema, _plain(cfg), where)
 
 
 def settings(cfg: DictConfig):
@@ -84,8 +84,7 @@ def settings(cfg: DictConfig):
 def saved_memory_config(config: Mapping) -> DictConfig:
     """A memory config as a save recorded it: settings added to the toolkit since then get their
     defaults, and settings it no longer has are dropped."""
-    schema = OmegaConf.structured(MemoryConfig)
-    return _merged(schema, _known(_plain(config), schema), "memory")
+    return _merged(MemoryConfig, _known(_plain(config), OmegaConf.structured(MemoryConfig)), "memory")
 
 
 def yaml_option(folder: Path, name: str) -> DictConfig:
@@ -100,7 +99,7 @@ def yaml_option(folder: Path, name: str) -> DictConfig:
     schema = {n: s for (group, n), s in SCHEMAS.items() if group == folder.name}
     cfg = None
     for d in defaults[:-1]:
-        part = OmegaConf.structured(schema[d]) if d in schema else yaml_option(folder, d)
+        part = _merged(schema[d], {}, folder.name) if d in schema else yaml_option(folder, d)
         cfg = part if cfg is None else _merged(cfg, part, folder.name)
     return raw if cfg is None else _merged(cfg, raw, folder.name)
 
@@ -119,9 +118,10 @@ def _plain(cfg) -> dict:
     return dict(cfg)
 
 
-def _merged(schema: DictConfig, values: dict | DictConfig, where: str) -> DictConfig:
+def _merged(base, values: dict | DictConfig, where: str) -> DictConfig:
+    """``values`` merged onto ``base`` (a schema class or instance, or a DictConfig)."""
     try:
-        return OmegaConf.merge(schema, values)
+        return OmegaConf.merge(base if isinstance(base, DictConfig) else OmegaConf.structured(base), values)
     except OmegaConfBaseException as err:
         raise ConfigError(one_line(err, where)) from None
 
