@@ -1,6 +1,7 @@
 """MagmaMemory: the facade that wires ingest, store and query together."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -11,7 +12,9 @@ import hydra.utils
 from omegaconf import DictConfig, OmegaConf
 
 from magma_torch import lifecycle
-from magma_torch.config import load_group
+from magma_torch.config.resolve import (ConfigError, consolidation_config, memory_config, settings, worker_settings,
+                                        saved_memory_config as saved_config)
+from magma_torch.config.schema import ConsolidationConfig, MemoryConfig
 from magma_torch.errors import MagmaError
 from magma_torch.events import StoredEvent, UnknownEventError
 from magma_torch.ingest import fast_path
@@ -21,7 +24,7 @@ from magma_torch.llm.answer_format import format_answer
 from magma_torch.llm.base import LLM
 from magma_torch.llm.prompts import answer_prompt
 from magma_torch.query.intent import IntentClassifier
-from magma_torch.query.retriever import Retrieval, RetrievalConfig, Retriever
+from magma_torch.query.retriever import Retrieval, Retriever
 from magma_torch.store import durable as durability
 from magma_torch.store import integrity, jsonl, persistence, validity
 from magma_torch.store.durable import WAL, DurableFolder, NamespaceNotEmptyError, NoStoreDirError, ReadOnlyError
@@ -39,25 +42,20 @@ class AnswerError(MagmaError, RuntimeError):
     """The reader LLM failed to generate an answer."""
 
 
-def _as_config(cfg, group: str, default: str) -> DictConfig | None:
-    if cfg is None:
-        return load_group(group, default)
-    if isinstance(cfg, str):
-        return load_group(group, cfg)
-    return OmegaConf.create(cfg) if not isinstance(cfg, DictConfig) else cfg
-
-
 class MagmaMemory:
     """A multi-graph memory: ``add`` events, ``consolidate``, ``retrieve``.
 
-    ``config`` is a memory config (a name under ``conf/memory``, a mapping or a
-    DictConfig); ``consolidation`` a consolidation config (``conf/consolidation``:
-    "heuristic" by default, "none" for no slow path, "llm" for LLM consolidation, which
-    uses ``llm`` — or, when that is None, an LLM built from the config's ``llm`` entry).
+    ``config`` is a memory config: a ``MemoryConfig``, a partial mapping or DictConfig merged
+    onto its defaults, or a name under ``conf/memory`` (None: the defaults, magma's).
+    ``consolidation`` a consolidation config, the same ways (``HeuristicConsolidationConfig``
+    by default; "none" for no slow path; "llm" for LLM consolidation, which uses ``llm`` — or,
+    when that is None, an LLM built from the config's ``llm`` entry). An unknown key or a
+    wrong type raises ``ConfigError`` naming the key (magma_torch.config).
     """
 
-    def __init__(self, config: str | Mapping | DictConfig | None = None,
-                 consolidation: str | Mapping | DictConfig | None = None, *, namespace: str = "default",
+    def __init__(self, config: str | Mapping | DictConfig | MemoryConfig | None = None,
+                 consolidation: str | Mapping | DictConfig | ConsolidationConfig | None = None, *,
+                 namespace: str = "default",
                  device: str | None = None, embedder: Embedder | None = None, llm: LLM | None = None,
                  store_dir: str | os.PathLike | None = None, durable: bool = False):
         if durable and store_dir is None:
@@ -73,20 +71,18 @@ class MagmaMemory:
                 config = saved_config(saved.state["config"]) if config is None else config
                 consolidation = saved.state["consolidation"] if consolidation is None else consolidation
         self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
-        self.config = _as_config(config, "memory", "magma")
-        self.consolidation_config = _as_config(consolidation, "consolidation", "heuristic")
+        self.config = memory_config(config)
+        self.consolidation_config = consolidation_config(consolidation)
         self.namespace = namespace
-        cfg = self.config
+        cfg: MemoryConfig = settings(self.config)
         self.device = resolve_device(device or cfg.device)
-        self.embedder = embedder or Embedder(device=self.device, **cfg.embedder)
+        self.embedder = embedder or Embedder(device=self.device, **dataclasses.asdict(cfg.embedder))
         self.store = self.new_store()
-        self.fast_cfg = fast_path.FastPathConfig(**cfg.fast_path)
+        self.fast_cfg = cfg.fast_path
         self.consolidator = self._make_consolidator()
-        self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path.batch_size,
-                                     cfg.slow_path.window, background=cfg.slow_path.background,
-                                     **self._caps())
-        self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device),
-                                   RetrievalConfig.from_mapping(OmegaConf.to_container(cfg.retrieval, resolve=True)))
+        self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path,
+                                     worker_settings(self.consolidation_config))
+        self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device), cfg.retrieval)
         if self._folder is not None:
             self._open_store(saved, durable)
 
@@ -160,24 +156,19 @@ class MagmaMemory:
         c = self.consolidation_config
         if c is None or c.get("_target_") is None:
             return None
-        if "llm" not in c.keys():  # (`in c` is False for a missing "???" value)
+        if "llm" not in c.keys():
             return hydra.utils.instantiate(c)
         # An LLM consolidator: the LLM passed in, else one built from the config's `llm` entry.
         if self.llm is None:
-            spec = None if OmegaConf.is_missing(c, "llm") else c.llm
+            spec = c.llm
             if not spec:
-                raise ValueError("this consolidation config needs an LLM: pass MagmaMemory(..., llm=...) "
+                raise ConfigError("this consolidation config needs an LLM: pass MagmaMemory(..., llm=...) "
                                  "or set consolidation.llm to an llm config")
             from magma_torch.llm import build_llm   # lazy: backends pull heavy optional deps
 
             self.llm = build_llm(spec)
             self._owns_llm = True
         return hydra.utils.instantiate(c, llm=self.llm)
-
-    def _caps(self) -> dict:
-        c = self.consolidation_config
-        keys = ("max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event")
-        return {k: c[k] for k in keys if c is not None and k in c}
 
     # ---- fast path ----
     def add(self, text: str, timestamp, speaker: str | None = None, source_id: str | None = None,
@@ -488,18 +479,3 @@ class MagmaMemory:
             self.consolidator.load_state_dict(saved.state["consolidator"])
         # Last: a background worker starts on the queue as soon as it has one.
         self.worker.load_state_dict(saved.state["worker"])
-
-
-def check_config(config: DictConfig) -> None:
-    """Build the typed fast-path and retrieval settings of a memory config: an unknown relation,
-    signal or episode setting raises ValueError in one line before any work starts."""
-    fast_path.FastPathConfig(**config.fast_path)
-    RetrievalConfig.from_mapping(OmegaConf.to_container(config.retrieval, resolve=True))
-
-
-def saved_config(config: Mapping) -> DictConfig:
-    """A memory config as a save recorded it, with settings added to the toolkit since then
-    (e.g. ``chain_span``, ``retrieval.similarity``) at their defaults."""
-    defaults = load_group("memory", "magma")
-    OmegaConf.set_struct(defaults, False)   # a key this version no longer has is kept, not refused
-    return OmegaConf.merge(defaults, config)

@@ -17,7 +17,9 @@ from magma_torch.bench.synthetic import event_rows, synthesize
 from magma_torch.ingest import bulk
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.query.anchors import time_ranking
-from magma_torch.query.retriever import RetrievalConfig, Retriever
+from magma_torch.config.resolve import settings, typed
+from magma_torch.config.schema import RetrievalConfig
+from magma_torch.query.retriever import Retriever
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.store import MemoryStore
 
@@ -183,8 +185,7 @@ def test_batches_past_the_matrix_limit_run_in_passes_with_the_same_result():
     q, windows = bench.questions, bench.windows
     whole = QueryPath(bench.snap, bench.retriever, bench.device)(q, windows)
     cfg.retrieval.similarity.matrix_max_bytes = 600 * 8 * 7           # 7 questions' float64 rows per pass
-    bench.retriever = Retriever(None, bench.retriever.intent, RetrievalConfig.from_mapping(
-        OmegaConf.to_container(cfg.retrieval, resolve=True)))
+    bench.retriever = Retriever(None, bench.retriever.intent, settings(typed(RetrievalConfig, cfg.retrieval, "retrieval")))
     assert [p.start for p in bench.retriever.passes(bench.snap, 24)] == [0, 7, 14, 21]
     parts = QueryPath(bench.snap, bench.retriever, bench.device)(q, windows)
     for f in fields(whole[1]):                                          # anchors

@@ -19,13 +19,8 @@ def emb():
 
 
 def make_mem(emb, retrieval=None, **episodes) -> MagmaMemory:
-    cfg = load_group("memory", "magma")
-    cfg.slow_path.background = False
-    for k, v in episodes.items():
-        cfg.fast_path.episodes[k] = v
-    for k, v in (retrieval or {}).items():
-        cfg.retrieval[k] = v
-    return MagmaMemory(cfg, "none", device="cpu", embedder=emb)
+    partial = {"slow_path": {"background": False}, "fast_path": {"episodes": episodes}, "retrieval": retrieval or {}}
+    return MagmaMemory(partial, "none", device="cpu", embedder=emb)     # merged onto the defaults
 
 
 TURNS = [("I adopted a beagle puppy named Max.", "2023-05-08 13:56", "A", "s1"),
@@ -121,8 +116,9 @@ def test_context_groups_events_under_one_dated_header_per_episode(emb):
 
 
 @pytest.mark.parametrize("key, value, named", [
-    ("fast_path.episodes.max_gap", 3.0, "fast_path.episodes: unknown setting(s) ['max_gap']"),
-    ("retrieval.intent_weights.WHY.episodes", 1.0, "retrieval.intent_weights.WHY: unknown relation(s) ['episodes']"),
+    ("fast_path.episodes.max_gap", 3.0, "memory.fast_path.episodes.max_gap: Key 'max_gap' not in 'EpisodeConfig'"),
+    ("retrieval.intent_weights.WHY.episodes", 1.0,
+     "memory.retrieval.intent_weights.WHY.episodes: Key 'episodes' not in 'RelationWeights'"),
 ])
 def test_unknown_episode_setting_or_relation_fails_in_one_line(emb, key, value, named):
     cfg = load_group("memory", "magma")

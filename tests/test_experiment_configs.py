@@ -1,4 +1,4 @@
-"""Every experiment grid composes point by point, and the ablations are what they claim."""
+"""Every experiment grid composes point by point through the schema, and the ablations are what they claim."""
 import itertools
 
 import pytest
@@ -7,6 +7,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from magma_torch.config import group_options, load_group
+from magma_torch.config.resolve import consolidation_config, memory_config, settings
+from magma_torch.config.schema import MemoryConfig
 from magma_torch.memory import MagmaMemory
 from magma_torch.query.intent import INTENTS
 from magma_torch.store.graph import REL_ID
@@ -44,6 +46,8 @@ def test_every_grid_point_composes(experiment):
         assert len(points) > 1
         for point in points:
             cfg = compose("config", overrides=[f"+experiment={experiment}", *DATA, *point])
+            assert isinstance(settings(memory_config(cfg.memory)), MemoryConfig)     # through the schema
+            consolidation_config(cfg.consolidation)                                  # raises on a bad key
             for override in point:  # each swept value reaches the job's config
                 key, value = override.split("=", 1)
                 got = OmegaConf.select(cfg, key) if "." in key else cfg[key].name
@@ -73,13 +77,13 @@ def test_ablation_removes_one_relation_for_every_intent(removed):
     assert (ablated[:, REL_ID[removed]] == 0).all() and (full[:, REL_ID[removed]] > 0).all()
     others = [j for r, j in REL_ID.items() if r != removed]
     assert (ablated[:, others] == full[:, others]).all()
-    assert cfg.intent_weights["uniform"][removed] == 0      # also when use_intent is off
+    assert getattr(cfg.intent_weights.uniform, removed) == 0      # also when use_intent is off
     # no_temporal also drops the RRF rankings built on the temporal chain, no_episode the episode
     # ranking; the others keep them
-    context_on = {cfg.signal_weights[s] > 0 for s in ("vector_context", "keyword_context")}
+    context_on = {getattr(cfg.signal_weights, s) > 0 for s in ("vector_context", "keyword_context")}
     assert context_on == ({False} if removed == "temporal" else {True})
-    assert (cfg.signal_weights["episode"] > 0) == (removed != "episode" and full_cfg.signal_weights["episode"] > 0)
-    assert cfg.signal_weights["time"] == full_cfg.signal_weights["time"] > 0
+    assert (cfg.signal_weights.episode > 0) == (removed != "episode" and full_cfg.signal_weights.episode > 0)
+    assert cfg.signal_weights.time == full_cfg.signal_weights.time > 0
 
 
 def test_no_traversal_is_depth_zero_and_magma_paper_keeps_to_table_5():
@@ -90,12 +94,12 @@ def test_no_traversal_is_depth_zero_and_magma_paper_keeps_to_table_5():
     _, paper = relation_matrix("magma_paper")
     b = paper.beam
     assert paper.active_signals == ("vector", "keyword", "time") and paper.time_filter
-    assert paper.signal_top_k["vector"] == 20 and 2 <= paper.signal_weights["keyword"] <= 5
+    assert paper.signal_top_k.vector == 20 and 2 <= paper.signal_weights.keyword <= 5
     assert (b.max_depth, b.max_nodes, b.drop_threshold, b.lambda1) == (5, 200, 0.15, 1.0) and 0.3 <= b.lambda2 <= 0.7
     for intent in INTENTS:
-        w = paper.intent_weights[intent]
-        assert 2.5 <= w["entity"] <= 6 and 0.5 <= w["temporal"] <= 4 and 3 <= w["causal"] <= 5
-        assert 2.5 <= w["semantic"] <= 5 and w["episode"] == 0
+        w = getattr(paper.intent_weights, intent)
+        assert 2.5 <= w.entity <= 6 and 0.5 <= w.temporal <= 4 and 3 <= w.causal <= 5
+        assert 2.5 <= w.semantic <= 5 and w.episode == 0
 
 
 def test_no_policy_uses_one_row_for_every_intent():

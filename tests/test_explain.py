@@ -8,11 +8,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 from PIL import Image
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
+from magma_torch.config.resolve import settings
+from magma_torch.config.schema import SIGNALS, RetrievalConfig, SignalTopK, SignalWeights
 from magma_torch.eval.datasets import load_demo
 from magma_torch.eval.runner import records
 from magma_torch.explain import explain
@@ -25,7 +26,7 @@ from magma_torch.explain.screenshot import BOTTOM_PX, ScreenshotError, screensho
 from magma_torch.explain.subgraph import entity_names
 from magma_torch.explain.terminal import format_text
 from magma_torch.query.intent import INTENTS
-from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievalConfig, RetrievedNode, Retrieval
+from magma_torch.query.retriever import Anchor, PathEdge, RetrievedNode, Retrieval
 from magma_torch.store.durable import WAL
 from magma_torch.testing import abandon
 from magma_torch.testing import with_browser
@@ -83,7 +84,7 @@ def test_text_names_intent_anchor_ranks_paths_and_context(saved, explained):
     out = explained[0].stdout
     assert f"intent: {r.intent}" in out and all(f"{k} {v:.2f}" in out for k, v in r.intent_probs.items())
     header = next(line for line in out.splitlines() if line.strip().startswith("#   event"))
-    fused = RetrievalConfig.from_mapping(OmegaConf.to_container(load_group("memory", "magma").retrieval)).active_signals
+    fused = settings(load_group("memory", "magma")).retrieval.active_signals
     assert all(s in header for s in fused) and not any(s in header for s in set(SIGNALS) - set(fused))
     best = r.anchors[0]
     first = next(line for line in out.splitlines() if line.startswith("  1 "))
@@ -209,8 +210,8 @@ def test_explain_keeps_paths_back_to_their_anchor():
 
 
 def test_only_the_memorys_fused_signals_are_reported():
-    cfg = RetrievalConfig(signal_weights={**{s: 1.0 for s in SIGNALS}, "time": 0.0},
-                          signal_top_k={**{s: 20 for s in SIGNALS}, "keyword_context": 0})
+    cfg = RetrievalConfig(signal_weights=SignalWeights(**{**{s: 1.0 for s in SIGNALS}, "time": 0.0}),
+                          signal_top_k=SignalTopK(**{**{s: 20 for s in SIGNALS}, "keyword_context": 0}))
     assert cfg.active_signals == ("vector", "keyword", "vector_context", "episode", "speaker")
     anchors = [Anchor(0, 0.03, {"vector": 2, "keyword": 1})]
     r = Retrieval("q", "WHY", None, anchors, [_node(0)], [], "ctx", 1, [0], 1.0)

@@ -2,17 +2,15 @@
 import json
 from dataclasses import fields
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
+from magma_torch.config import load_group
 from magma_torch.ingest.consolidator import EventView
 from magma_torch.ingest.heuristic import HeuristicConsolidator
 
 T = datetime(2023, 5, 8)
-CONF = Path(__file__).resolve().parents[1] / "conf" / "consolidation" / "heuristic.yaml"
 
 
 def events(turns, stream="s", start=0):
@@ -217,7 +215,7 @@ def test_state_dict_round_trip_gives_identical_proposals():
 
 
 def test_yaml_config_instantiates_the_defaults():
-    from_yaml = instantiate(OmegaConf.load(CONF))
+    from_yaml = instantiate(load_group("consolidation", "heuristic"))
     default = HeuristicConsolidator()
     assert isinstance(from_yaml, HeuristicConsolidator)
     for name in ("window", "min_phrase_count", "max_entities_per_event", "max_causal_per_event",

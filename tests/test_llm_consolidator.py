@@ -6,10 +6,8 @@ import json
 import re
 import threading
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
@@ -21,7 +19,6 @@ from magma_torch.text.embedder import Embedder
 
 WAIT = 60
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=timezone.utc)
-CONF = Path(__file__).resolve().parents[1] / "conf" / "consolidation" / "llm.yaml"
 LINE = re.compile(r"^\[(n\d+)\] (\S+ \S+) \| ([^:]*): (.*)$", re.M)
 
 
@@ -362,10 +359,10 @@ def test_generate_raising_fails_the_batch_with_reason(emb):
 
 def test_config_defaults_match_python_defaults():
     import inspect
-    cfg = OmegaConf.load(CONF)
+    cfg = load_group("consolidation", "llm")
     assert cfg._target_ == "magma_torch.ingest.llm_consolidator.LLMConsolidator"
     params = inspect.signature(LLMConsolidator).parameters
-    assert OmegaConf.is_missing(cfg, "llm")
+    assert cfg.llm is None
     for k in cfg.keys():
         if k in ("_target_", "llm"):
             continue

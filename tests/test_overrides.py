@@ -33,7 +33,7 @@ def test_bad_overrides_fail(argv, message):
     ["dataset=locomo", "dataset.path=/data/locomo10.json", "dataset.limit=2"],
     ["-m", "memory=magma,bm25", "memory.retrieval.beam.gamma=0.1,0.5", "memory.retrieval.beam.max_depth=range(2,4)"],
     ["memory.retrieval.intent_weights.WHY.causal=5", "progress=false", "out_dir=/tmp/somewhere"],
-    ["+memory.retrieval.note=hello", "logger=wandb", "logger.tags=[a,b]", "hydra/launcher=basic"],
+    ["+dataset.note=hello", "logger=wandb", "logger.tags=[a,b]", "hydra/launcher=basic"],
 ])
 def test_good_overrides_pass(argv):
     check_overrides(argv)

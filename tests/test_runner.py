@@ -86,17 +86,24 @@ def test_bad_dataset_path_is_one_line_and_nonzero(tmp_path):
 
 
 @pytest.mark.parametrize("override, named", [
-    ("+memory.retrieval.intent_weights.WHY.foo=1.0", "retrieval.intent_weights.WHY: unknown relation(s) ['foo']"),
-    ("+memory.fast_path.episodes.max_gap=3", "fast_path.episodes: unknown setting(s) ['max_gap']"),
+    ("+memory.retrieval.intent_weights.WHY.foo=1.0",
+     "memory.retrieval.intent_weights.WHY.foo: Key 'foo' not in 'RelationWeights'"),
+    ("+memory.retrieval.signal_weights.vectr=1.0", "memory.retrieval.signal_weights.vectr: Key 'vectr' not in 'SignalWeights'"),
+    ("+memory.fast_path.episodes.max_gap=3", "memory.fast_path.episodes.max_gap: Key 'max_gap' not in 'EpisodeConfig'"),
+    ("+memory.fast_path.bogus=1", "memory.fast_path.bogus: Key 'bogus' not in 'FastPathConfig'"),
+    ("+consolidation.bogus=1", "consolidation.bogus: Key 'bogus' not in 'HeuristicConsolidationConfig'"),
+    ("memory.fast_path.bogus=1", "unknown setting 'memory.fast_path.bogus' in override 'memory.fast_path.bogus=1': "
+                                 "memory.fast_path has no 'bogus'"),
+    ("memory.fast_path.semantic_k=ten", "memory.fast_path.semantic_k expects an integer (default 10), got 'ten'"),
 ])
-def test_unknown_relation_or_episode_setting_fails_in_one_line_before_any_work(tmp_path, override, named):
+def test_a_key_the_schema_lacks_or_a_wrong_type_fails_in_one_line_before_any_work(tmp_path, override, named):
+    """Added keys (+key=value) compose, but the schema refuses them before the dataset is read."""
     out = tmp_path / "run"
     proc = subprocess.run(RUN + ["task=retrieval", "dataset=demo", override, f"out_dir={out}", "progress=false"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert lines == [f"magma-run: error: memory=magma: {lines[0].split('memory=magma: ', 1)[1]}"]
-    assert named in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("magma-run: error: ") and named in lines[0], lines
     assert_no_run(out)
 
 

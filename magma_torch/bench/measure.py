@@ -24,19 +24,22 @@ from tqdm import tqdm
 
 from magma_torch.bench.reference import RowLists, reference_graph
 from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
+from magma_torch.config.resolve import settings, typed, yaml_option
+from magma_torch.config.schema import RetrievalConfig
 from magma_torch.ingest import bulk
 from magma_torch.query.anchors import Anchors
 from magma_torch.query.beam import BeamResult, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.reference import reference_beam_search
-from magma_torch.query.retriever import RetrievalConfig, Retriever
+from magma_torch.query.retriever import Retriever
 from magma_torch.store.store import MemoryStore
 
 
 def load_config(path: str | Path | None = None):
     """conf/bench/default.yaml (or ``path``) with the retrieval block of the memory config it
-    names (conf/memory/<memory>.yaml, next to the bench folder) under ``retrieval``, and
-    that config's store settings ``chain_span`` and ``scan_dtype``."""
+    names (conf/memory/<memory>.yaml next to the bench folder, composed against the schema
+    without Hydra) under ``retrieval``, and that config's store settings ``chain_span`` and
+    ``scan_dtype``."""
     from omegaconf import OmegaConf
 
     if path is None:
@@ -45,8 +48,8 @@ def load_config(path: str | Path | None = None):
         path = files("magma_torch.conf") / "bench" / "default.yaml"
     path = Path(str(path))
     cfg = OmegaConf.load(path)
-    memory = OmegaConf.load(path.parent.parent / "memory" / f"{cfg.memory}.yaml")
-    cfg.retrieval = OmegaConf.merge(memory.retrieval, cfg.retrieval)
+    memory = yaml_option(path.parent.parent / "memory", cfg.memory)
+    cfg.retrieval = OmegaConf.merge(memory.retrieval, cfg.retrieval)   # typed: a bad override fails here
     cfg.chain_span, cfg.scan_dtype = memory.chain_span, memory.scan_dtype
     return cfg
 
@@ -207,8 +210,7 @@ def reference_agreement(store: MemoryStore, retriever: Retriever, q: torch.Tenso
     start = retriever.start_scores(retriever.similarity(store.snapshot(), q), anchors).cpu()
     ids, intents_l = anchors.ids.cpu(), intents.cpu().tolist()
     q_cpu = q.float().cpu()
-    rows = retriever.cfg.intent_weights if retriever.cfg.use_intent else {
-        i: retriever.cfg.intent_weights["uniform"] for i in INTENTS}
+    rows = retriever.cfg.intent_rows(INTENTS)
     res_q, res_n = res.query.cpu(), res.node.cpu()
     equal, elapsed = 0, 0.0
     for b in range(n_queries):
@@ -237,8 +239,6 @@ class Bench:
 
     @classmethod
     def build(cls, cfg, events: int, queries: int, device: str = "cpu", progress: bool = False) -> "Bench":
-        from omegaconf import OmegaConf
-
         dev = torch.device(device)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
@@ -251,8 +251,8 @@ class Bench:
             bar.set_postfix_str("bulk ingest")
             store, built = ingest(mem, cfg, dev, bar.update)
         built["generate_s"] = generate_s
-        rcfg = RetrievalConfig.from_mapping(OmegaConf.to_container(cfg.retrieval, resolve=True))
-        retriever = Retriever(None, IntentClassifier.load(device=dev), rcfg)
+        rcfg = typed(RetrievalConfig, cfg.retrieval, "retrieval")
+        retriever = Retriever(None, IntentClassifier.load(device=dev), settings(rcfg))
         return cls(cfg, dev, store, built.pop("snapshot"), retriever, q.to(dev), windows, built)
 
     def measure(self, batch: int, reference: bool = True, embed_question: bool = True,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from magma_torch.config.resolve import consolidation_config, saved_memory_config
 from magma_torch.errors import MagmaError
 from magma_torch.files import write_atomic
 
@@ -33,6 +34,11 @@ class RunFolderError(MagmaError, ValueError):
 
 def _comparable(cfg: DictConfig) -> dict:
     c = OmegaConf.to_container(cfg, resolve=False)
+    # A folder written by an earlier version: settings added or removed since compare as the schema has them
+    if "memory" in c:
+        c["memory"] = OmegaConf.to_container(saved_memory_config(c["memory"]))
+    if c.get("consolidation"):
+        c["consolidation"] = OmegaConf.to_container(consolidation_config(c["consolidation"]))
     for key in RESUMABLE_CHANGES:
         *parents, leaf = key.split(".")
         node = c

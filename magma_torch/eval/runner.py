@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from magma_torch.config import group_options
+from magma_torch.config.resolve import ConfigError, consolidation_config, memory_config
 from magma_torch.errors import MagmaError
 from magma_torch.eval import progress
 from magma_torch.eval.datasets import Sample, check_limit, dataset_categories, load_dataset, select_samples
@@ -34,7 +35,7 @@ from magma_torch.eval.run_folder import RunFolder
 from magma_torch.eval.tracking import build_tracker
 from magma_torch.llm import build_llm
 from magma_torch.llm.prompts import ANSWER_PROMPT_VERSION
-from magma_torch.memory import MagmaMemory, check_config
+from magma_torch.memory import MagmaMemory
 from magma_torch.text.embedder import Embedder, resolve_device
 
 # Imported before Hydra sets up logging: importing bm25s sets its logger to DEBUG, which would
@@ -44,10 +45,6 @@ importlib.import_module("bm25s")
 log = logging.getLogger("magma_torch.run")
 RECALL_EXCLUDED = {"adversarial"}
 QA_METRICS = ("f1", "bleu1", "judge")
-
-
-class ConfigError(MagmaError, ValueError):
-    """A run configuration that cannot work (e.g. task=qa without an llm)."""
 
 
 def records(sample: Sample) -> list[dict]:
@@ -120,12 +117,12 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
     """task=qa: answer the questions in one batch, score, judge in one batch. Each row gets its
     share of the two batches' wall time (``answer_s``, ``judge_s``)."""
     t0 = time.perf_counter()
-    answers = answer_questions(results, qs, reader, max_tokens=task.get("answer_max_tokens", 128),
-                               temperature=task.get("answer_temperature", 0.0), dates=task.answer_dates)
+    answers = answer_questions(results, qs, reader, max_tokens=task.answer_max_tokens,
+                               temperature=task.answer_temperature, dates=task.answer_dates)
     t1 = time.perf_counter()
     kinds = ["abstention" if q.abstention else q.category for q in qs]   # picks the judge prompt
     verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], kinds,
-                             answers, max_tokens=task.get("judge_max_tokens", 16)) if judge is not None else None
+                             answers, max_tokens=task.judge_max_tokens) if judge is not None else None
     t2 = time.perf_counter()
     for i, (row, q, a) in enumerate(zip(rows, qs, answers)):
         row["answer_s"], row["judge_s"] = (t1 - t0) / len(qs), (t2 - t1) / len(qs)
@@ -180,8 +177,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     """Run one experiment and write its folder (resuming what it already holds); returns the metrics dict."""
     qa = cfg.task.name == "qa"
     c = cfg.consolidation
-    # consolidation=llm with `llm: ???` consolidates with the LLM of the `llm` group
-    shared = c is not None and "llm" in c.keys() and OmegaConf.is_missing(c, "llm")
+    # consolidation=llm with no `llm` of its own (null) consolidates with the LLM of the `llm` group
+    shared = c is not None and "llm" in c.keys() and c.llm is None
     has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
     for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
         if needed and not has_llm:
@@ -191,10 +188,9 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     d = cfg.dataset
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
     check_limit(limit)   # before the dataset is read
-    try:
-        check_config(cfg.memory)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"memory={cfg.memory.name}: {err}") from None
+    # Composed against their schema already, but a `+key=value` override adds a key the schema lacks
+    memory_config(cfg.memory)
+    consolidation_config(cfg.consolidation)
     samples = load_dataset(d.name, d.get("path"))
     if sample_ids is not None or shard is not None:
         total = None  # the progress bar's length is known only once the selection has run

@@ -10,18 +10,11 @@ gives the same episodes.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 import torch
 
+from magma_torch.config.schema import EpisodeConfig
 from magma_torch.store.store import MemoryStore
-
-
-@dataclass(frozen=True)
-class EpisodeConfig:
-    max_gap_hours: float = 6.0     # a longer silence within a stream opens a new episode
-    topic_shift: float = 0.0       # cosine to the open episode below which a new one opens (0: sessions and gaps only)
-    min_events: int = 4            # an episode this short is not cut on topic
 
 
 def assign_episodes(store: MemoryStore, ids: list[int] | range, embeddings: torch.Tensor, cfg: EpisodeConfig,

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
 import torch
 
+from magma_torch.config.schema import FastPathConfig
 from magma_torch.errors import MagmaError
-from magma_torch.ingest.episodes import EpisodeConfig, assign_episodes
+from magma_torch.ingest.episodes import assign_episodes
 from magma_torch.store.persistence import float32_from_base64, float32_to_base64
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow, content_key
@@ -28,24 +29,6 @@ _LINK_CHUNK = 256  # batch rows per semantic-neighbour search
 
 class IngestError(MagmaError, ValueError):
     """A record the fast path refuses; the message names the record."""
-
-
-@dataclass(frozen=True)
-class FastPathConfig:
-    semantic_k: int = 10          # semantic neighbours looked up per new event
-    theta_sim: float = 0.3        # cosine threshold for a semantic edge
-    embed_speaker: bool = True    # embed "speaker: text" so who said it is part of the content
-    default_stream: str = "default"
-    future_horizon_days: float = 7.0   # timestamps later than this many days after now are refused
-    episodes: EpisodeConfig = field(default_factory=EpisodeConfig)
-
-    def __post_init__(self):
-        if isinstance(self.episodes, Mapping):
-            unknown = set(self.episodes) - set(EpisodeConfig.__dataclass_fields__)
-            if unknown:
-                raise ValueError(f"fast_path.episodes: unknown setting(s) {sorted(unknown)}; "
-                                 f"the settings are {list(EpisodeConfig.__dataclass_fields__)}")
-            object.__setattr__(self, "episodes", EpisodeConfig(**self.episodes))
 
 
 def _record_name(i: int, rec: Mapping) -> str:

@@ -46,30 +46,13 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from magma_torch.config.schema import HeuristicConsolidationConfig
 from magma_torch.ingest import nlp
 from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal
 from magma_torch.ingest.supersession import UpdateTracker
 
 
-# Defaults mirrored in conf/consolidation/heuristic.yaml (a test checks they agree).
-DEFAULT_CUES: dict[str, list[str]] = {
-    # At the start of a turn, point back to the previous turn as the reason: this turn is the effect.
-    "result": ["so", "that's why", "that is why", "this is why", "which is why", "that's what made",
-               "as a result", "because of that", "because of this", "because of it", "thanks to that",
-               "thanks to you", "that led me", "it led me", "that made me", "it made me", "this made me",
-               "that makes me", "it makes me", "that inspired me", "it inspired me", "that got me",
-               "that motivated me", "it motivated me", "that pushed me", "therefore"],
-    # Introduce a reason clause, which is matched against earlier turns.
-    "reason": ["because", "'cause", "cuz", "since", "due to", "thanks to", "as a result of",
-               "inspired by", "motivated by", "after ... decided", "after ... realized", "after ... started"],
-    # A question with one of these in the previous turn (another speaker) makes this turn its answer.
-    "question": ["why", "what made you", "how come", "what inspired you", "what motivated you",
-                 "what got you", "what led you", "what drew you", "what gave you the idea",
-                 "what prompted you", "what sparked", "what's the reason", "what is the reason",
-                 "how did you get into", "what's the story behind"],
-    # Ambiguous cues (discourse "so", temporal "since") get lower confidence.
-    "weak": ["so", "since", "thanks to", "after ... started"],
-}
+_DEFAULTS = HeuristicConsolidationConfig()   # every setting's default (config/schema.py)
 
 _PRONOUNS = """i me my mine myself you your yours yourself yourselves he him his himself she her hers
 herself it its itself we us our ours ourselves they them their theirs themselves""".split()
@@ -204,14 +187,19 @@ class _Stream:
 class HeuristicConsolidator:
     """Stateful proposer of entity mentions and causal links; see the module docstring."""
 
-    def __init__(self, window: int = 6, min_phrase_count: int = 1, max_entities_per_event: int = 12,
-                 max_causal_per_event: int = 3, min_overlap: float = 0.2,
-                 cues: Mapping[str, list[str]] | None = None, min_shared: int = 2, lead_words: int = 4,
-                 supersession: str | Mapping | None = "default"):
+    def __init__(self, window: int = _DEFAULTS.window, min_phrase_count: int = _DEFAULTS.min_phrase_count,
+                 max_entities_per_event: int = _DEFAULTS.max_entities_per_event,
+                 max_causal_per_event: int = _DEFAULTS.max_causal_per_event, min_overlap: float = _DEFAULTS.min_overlap,
+                 cues: Mapping[str, list[str]] | None = None, min_shared: int = _DEFAULTS.min_shared,
+                 lead_words: int = _DEFAULTS.lead_words, supersession: str | Mapping | None = _DEFAULTS.supersession,
+                 max_supersedes_per_event: int = _DEFAULTS.max_supersedes_per_event):
+        """The settings of ``HeuristicConsolidationConfig``; ``cues`` None: its cue phrases.
+        ``max_supersedes_per_event`` caps what the worker writes of its knowledge updates."""
         self.window, self.min_phrase_count = window, min_phrase_count
+        self.max_supersedes_per_event = max_supersedes_per_event
         self.max_entities_per_event, self.max_causal_per_event = max_entities_per_event, max_causal_per_event
         self.min_overlap, self.min_shared, self.lead_words = min_overlap, min_shared, lead_words
-        cues = DEFAULT_CUES if cues is None else cues
+        cues = asdict(_DEFAULTS.cues) if cues is None else cues
         self.cues = {k: list(cues.get(k, ())) for k in ("result", "reason", "question", "weak")}
         self._compile()
         self._streams: dict[str, _Stream] = {}

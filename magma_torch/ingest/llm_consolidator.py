@@ -1,8 +1,8 @@
 """LLM slow-path consolidation (``consolidation=llm``): causal links and entity mentions
 from a language model, validated before anything reaches the graph.
 
-The worker hands `LLMConsolidator.propose` a batch of new events and, because the class
-declares ``needs_graph``, each event's ``hops``-hop neighbourhood over the current graph
+The worker hands `LLMConsolidator.propose` a batch of new events and, because its config
+(``LLMConsolidationConfig``) declares ``needs_graph``, each event's ``hops``-hop neighbourhood over the current graph
 (at most ``max_neighbours`` earlier events). For every event one prompt lists the event
 as ``n0`` and its neighbours as ``n1..nK`` (local reference ids only: the model never
 sees a global id, so it can only name nodes of that prompt), and asks for JSON of the
@@ -40,8 +40,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal
-from magma_torch.ingest.consolidator import SupersessionLink
+from magma_torch.config.schema import LLMConsolidationConfig
+from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal, SupersessionLink
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,9 @@ def normalise_name(name: str) -> str:
     return name
 
 
+_DEFAULTS = LLMConsolidationConfig()   # every setting's default (config/schema.py)
+
+
 class LLMConsolidator:
     """Slow-path consolidator backed by an `magma_torch.llm.base.LLM` (see module docstring).
 
@@ -154,13 +157,14 @@ class LLMConsolidator:
     ``state_dict()``, ``load_state_dict()``. ``usage`` is the LLM's token/call counter.
     """
 
-    needs_graph = True          # the worker passes each event's graph neighbourhood as context
-
-    def __init__(self, llm, min_confidence: float = 0.5, max_causal_per_event: int = 3,
-                 max_entities_per_event: int = 12, hops: int = 2, max_neighbours: int = 12,
-                 max_tokens: int = 256, prompt_version: str = "v2", max_chars_per_event: int = 400,
-                 temperature: float = 0.0, speaker_entity: bool = False, entities_in_text: bool = True,
-                 max_supersedes_per_event: int = 2):
+    def __init__(self, llm, min_confidence: float = _DEFAULTS.min_confidence,
+                 max_causal_per_event: int = _DEFAULTS.max_causal_per_event,
+                 max_entities_per_event: int = _DEFAULTS.max_entities_per_event, hops: int = _DEFAULTS.hops,
+                 max_neighbours: int = _DEFAULTS.max_neighbours, max_tokens: int = _DEFAULTS.max_tokens,
+                 prompt_version: str = _DEFAULTS.prompt_version,
+                 max_chars_per_event: int = _DEFAULTS.max_chars_per_event, temperature: float = _DEFAULTS.temperature,
+                 speaker_entity: bool = _DEFAULTS.speaker_entity, entities_in_text: bool = _DEFAULTS.entities_in_text,
+                 max_supersedes_per_event: int = _DEFAULTS.max_supersedes_per_event):
         if llm is None:
             raise ValueError("LLMConsolidator needs an llm (consolidation=llm with an llm config, "
                              "or MagmaMemory(..., llm=...))")

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 
 import torch
 
+from magma_torch.config.schema import HeuristicConsolidationConfig, LLMConsolidationConfig, SlowPathConfig
 from magma_torch.ingest.consolidator import CausalLink, Consolidator, EventView, SupersessionLink
 from magma_torch.store.store import MemoryStore
 from magma_torch.text.embedder import Embedder
@@ -47,12 +48,16 @@ def _stop_at_exit() -> None:
 
 class SlowPathWorker:
     def __init__(self, store: MemoryStore, embedder: Embedder, consolidator: Consolidator | None,
-                 batch_size: int = 64, window: int = 6, max_causal_per_event: int = 3,
-                 max_entities_per_event: int = 12, max_supersedes_per_event: int = 3, background: bool = True):
+                 slow_path: SlowPathConfig,
+                 consolidation: HeuristicConsolidationConfig | LLMConsolidationConfig):
+        """``consolidation``: what the consolidator is shown (its ``window`` of preceding events, or
+        for one that ``needs_graph`` its ``hops``-hop neighbourhood of ``max_neighbours`` events) and
+        the caps its proposals are cut to."""
         self.store, self.embedder, self.consolidator = store, embedder, consolidator
-        self.batch_size, self.window = batch_size, window
-        self.max_causal_per_event, self.max_entities_per_event = max_causal_per_event, max_entities_per_event
-        self.max_supersedes_per_event = max_supersedes_per_event
+        self.batch_size, self.shown = slow_path.batch_size, consolidation
+        self.max_causal_per_event = consolidation.max_causal_per_event
+        self.max_entities_per_event = consolidation.max_entities_per_event
+        self.max_supersedes_per_event = consolidation.max_supersedes_per_event
         self.queue: deque[int] = deque()
         self.status: dict[int, tuple[str, str]] = {}
         self.busy_s = 0.0
@@ -62,7 +67,7 @@ class SlowPathWorker:
         self._stop = False
         self._abandon = False   # stop without consolidating the queue (interpreter exit)
         self._thread = None
-        if background:
+        if slow_path.background:
             self._thread = threading.Thread(target=self._run, name="magma-slow-path", daemon=True)
             self._thread.start()
             _RUNNING.add(self)
@@ -203,11 +208,11 @@ class SlowPathWorker:
             return
         with self.store.lock:
             views = [self._view(i) for i in batch]
-            if getattr(self.consolidator, "needs_graph", False):
-                context = self._neighbourhoods(batch, int(getattr(self.consolidator, "hops", 2)),
-                                               int(getattr(self.consolidator, "max_neighbours", 12)))
+            shown = self.shown
+            if shown.needs_graph:
+                context = self._neighbourhoods(batch, shown.hops, shown.max_neighbours)
             else:
-                context = {i: [self._view(j) for j in self.store.events.preceding(i, self.window)] for i in batch}
+                context = {i: [self._view(j) for j in self.store.events.preceding(i, shown.window)] for i in batch}
         proposals = self.consolidator.propose(views, context)
         # A proposal may report its own event failed (``error``) or carry notes on what the
         # consolidator rejected (``notes``); a failed event gets nothing written.

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from magma_torch.config.schema import ContextConfig, EpisodeSignalConfig
 from magma_torch.query.segment import rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
 
@@ -133,15 +134,6 @@ def speaker_ranking(dense: torch.Tensor, named: list[list[int]], speaker_of: tor
     return keep_inside(dense, inside)[:, :top]
 
 
-@dataclass(frozen=True)
-class EpisodeSignalConfig:
-    """The episode ranking: events of the ``top`` episodes most similar to the question, each
-    scored cos(q, event) + ``weight`` * cos(q, its episode)."""
-
-    top: int = 3
-    weight: float = 1.0
-
-
 def episode_ranking(episode_embeddings: torch.Tensor, episode_event, sim: Similarity, n: int,
                     cfg: EpisodeSignalConfig, top: int) -> torch.Tensor:
     """[B, top] event ids (-1 padded) ranked by the episode signal; ``episode_event`` is the
@@ -162,17 +154,6 @@ def episode_ranking(episode_embeddings: torch.Tensor, episode_event, sim: Simila
     row, event = row[perm], event[perm]
     out[row, rank_in_group(row)] = event
     return out
-
-
-@dataclass(frozen=True)
-class ContextConfig:
-    """The temporal-context view of an event: the event plus its chain neighbours within
-    ``hops``, the neighbour at hop s weighted ``weight * decay**(s-1)``."""
-
-    hops: int = 2
-    weight: float = 1.0
-    decay: float = 1.0
-    candidates: int = 50        # raw dense and keyword hits whose neighbourhoods are scored
 
 
 def chain_neighbours(ids: torch.Tensor, prev: torch.Tensor, nxt: torch.Tensor, n: int,

@@ -18,21 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
+from magma_torch.config.schema import BeamConfig
 from magma_torch.query.segment import lexsort, rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import REL_ID, GraphSnapshot
-
-
-@dataclass(frozen=True)
-class BeamConfig:
-    lambda1: float = 1.0          # weight of the intent-specific relation prior w[T_q, r]
-    lambda2: float = 0.5          # weight of the semantic affinity cos(v, q)
-    gamma: float = 0.5            # decay of the parent's score along a path
-    max_depth: int = 5
-    beam_width: int = 10          # frontier size kept per depth and query
-    max_nodes: int = 200          # node budget per query, anchors included
-    drop_threshold: float = 0.15  # candidates with cos(v, q) below this are not expanded to
-    anchor_weight: float = 4.0    # the prior w of reaching the best anchor, as a relation weight (Retriever.start_scores)
 
 
 @dataclass(frozen=True)

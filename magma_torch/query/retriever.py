@@ -17,67 +17,21 @@ from datetime import datetime, timezone
 
 import torch
 
-from magma_torch.query.anchors import (Anchors, ContextConfig, EpisodeSignalConfig, context_candidates,
-                                       context_scores, episode_ranking, inside_windows, keep_inside, rrf_fuse,
-                                       speaker_ranking, speakers_named, time_ranking)
-from magma_torch.query.beam import BeamConfig, BeamResult, beam_search, relation_weights, salience_order
+from magma_torch.config.schema import SIGNALS, RetrievalConfig
+from magma_torch.query.anchors import (Anchors, context_candidates, context_scores, episode_ranking, inside_windows,
+                                       keep_inside, rrf_fuse, speaker_ranking, speakers_named, time_ranking)
+from magma_torch.query.beam import BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.linearize import cut_block, format_time, linearize, render_blocks
 from magma_torch.query.segment import top_ids
-from magma_torch.query.similarity import Similarity, SimilarityConfig
-from magma_torch.query.supersession import SupersessionConfig, notes, prefer_current
+from magma_torch.query.supersession import notes, prefer_current
+from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import TRAVERSED
 from magma_torch.store.store import StoreSnapshot
 from magma_torch.store.validity import superseders
 from magma_torch.text.embedder import Embedder
 from magma_torch.text.tokens import count_tokens
 
-SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode", "speaker")
-
-
-@dataclass(frozen=True)
-class RetrievalConfig:
-    rrf_k: int = 60
-    signal_weights: dict = field(default_factory=lambda: {s: 1.0 for s in SIGNALS})
-    signal_top_k: dict = field(default_factory=lambda: {s: 20 for s in SIGNALS})
-    context: ContextConfig = ContextConfig()
-    episode: EpisodeSignalConfig = EpisodeSignalConfig()
-    anchor_k: int = 10                # anchors handed to the beam search
-    use_intent: bool = True           # False: one uniform weight row for every intent (ablation)
-    intent_weights: dict = field(default_factory=lambda: {i: {r: 1.0 for r in TRAVERSED} for i in INTENTS})
-    beam: BeamConfig = BeamConfig()
-    similarity: SimilarityConfig = SimilarityConfig()
-    budget_tokens: int | None = 2000
-    time_filter: bool = False         # the question's time window as a hard filter (paper): nothing outside it is retrieved
-    score_dtype: str = "float32"
-    mode: str = "graph"               # "graph": Algorithm 1; "full_context": all events, newest kept
-    supersession: SupersessionConfig = SupersessionConfig()
-
-    @property
-    def active_signals(self) -> tuple[str, ...]:
-        """The rankings fused into anchors: those with a positive weight and a non-empty list."""
-        return tuple(s for s in SIGNALS
-                     if float(self.signal_weights.get(s, 0.0)) > 0 and int(self.signal_top_k.get(s, 0)) > 0)
-
-    def __post_init__(self):
-        for intent, row in self.intent_weights.items():
-            unknown = set(row) - set(TRAVERSED)
-            missing = set(TRAVERSED) - set(row)
-            if unknown or missing:
-                what = f"unknown relation(s) {sorted(unknown)}" if unknown else f"no weight for {sorted(missing)}"
-                raise ValueError(f"retrieval.intent_weights.{intent}: {what}; the relations are {list(TRAVERSED)}")
-        unknown = (set(self.signal_weights) | set(self.signal_top_k)) - set(SIGNALS)
-        if unknown:
-            raise ValueError(f"retrieval.signal_weights/signal_top_k: unknown signal(s) {sorted(unknown)}; "
-                             f"the signals are {list(SIGNALS)}")
-
-    @classmethod
-    def from_mapping(cls, r: dict) -> "RetrievalConfig":
-        """From the ``retrieval`` block of a memory config, as plain containers."""
-        return cls(**{**r, "beam": BeamConfig(**r["beam"]), "context": ContextConfig(**r["context"]),
-                      "episode": EpisodeSignalConfig(**r.get("episode", {})),
-                      "similarity": SimilarityConfig(**r["similarity"]),
-                      "supersession": SupersessionConfig(**r.get("supersession", {}))})
 
 @dataclass(frozen=True)
 class RetrievedNode:
@@ -131,8 +85,7 @@ class Retrieval:
 class Retriever:
     def __init__(self, embedder: Embedder, intent: IntentClassifier | None, cfg: RetrievalConfig):
         self.embedder, self.intent, self.cfg = embedder, intent, cfg
-        rows = cfg.intent_weights if cfg.use_intent else {i: cfg.intent_weights["uniform"] for i in INTENTS}
-        self.weights = relation_weights(rows, INTENTS)
+        self.weights = relation_weights(cfg.intent_rows(INTENTS), INTENTS)
         self.dtype = getattr(torch, cfg.score_dtype)
         self.past = cfg.supersession.past_pattern()
         if cfg.mode not in ("graph", "full_context"):
@@ -213,7 +166,7 @@ class Retriever:
         windows (None: no window); ``questions`` are read by the keyword signals only."""
         cfg, n, dev = self.cfg, snap.num_events, sim.queries.device
         on = {s: s in cfg.active_signals for s in SIGNALS}
-        k = {s: int(cfg.signal_top_k.get(s, 0)) for s in SIGNALS}
+        k = {s: getattr(cfg.signal_top_k, s) for s in SIGNALS}
         ctx = cfg.context
         n_cand = ctx.candidates if on["vector_context"] or on["keyword_context"] else 0
         if questions is None and (on["keyword"] or on["keyword_context"] or on["speaker"]):
@@ -247,7 +200,7 @@ class Retriever:
         if cfg.time_filter and any(w is not None for w in windows):
             ranked = {s: keep_inside(r, inside_windows(r, windows, snap.timestamps, snap.date_spans))
                       for s, r in ranked.items()}
-        weights = [float(cfg.signal_weights.get(s, 0.0)) if on[s] else 0.0 for s in SIGNALS]
+        weights = [getattr(cfg.signal_weights, s) if on[s] else 0.0 for s in SIGNALS]
         return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, cfg.anchor_k, max(n, 1))
 
     def start_scores(self, sim: Similarity, anchors: Anchors) -> torch.Tensor:

@@ -21,18 +21,11 @@ scores of arbitrary (question, event) pairs from the same pass.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from magma_torch.config.schema import SimilarityConfig
 from magma_torch.query.segment import rank_in_group, top_ids, top_in_group
 from magma_torch.store.tables import row_dots
-
-
-@dataclass(frozen=True)
-class SimilarityConfig:
-    matrix_min_batch: int = 16          # batches at least this large get the full [B, N] matrix, else the scan
-    matrix_max_bytes: int = 1 << 31     # larger batches are retrieved in passes whose matrix fits (Retriever.passes)
 
 
 class Similarity:

@@ -12,27 +12,9 @@ order: the reader sees the earlier fact where it ranks, dated and marked.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
+from magma_torch.config.schema import SupersessionConfig
 from magma_torch.query.linearize import format_time
 from magma_torch.store.tables import EventRow
-
-
-@dataclass(frozen=True)
-class SupersessionConfig:
-    current_first: bool = False         # regroup the salience order so the current fact comes first
-    pull_current: bool = False          # add the current version of a retrieved superseded event
-    past_cues: tuple[str, ...] = ()     # words of questions about the past: the order is left alone
-
-    def __post_init__(self):
-        object.__setattr__(self, "past_cues", tuple(self.past_cues))
-
-    def past_pattern(self) -> re.Pattern | None:
-        if not self.past_cues:
-            return None
-        alt = "|".join(re.escape(c) for c in sorted(set(self.past_cues), key=len, reverse=True))
-        return re.compile(rf"\b(?:{alt})\b", re.I)
 
 
 def current_version(event: int, later_of: dict[int, list[int]], rank: dict[int, int]) -> int:

@@ -1,14 +1,25 @@
-"""Access to the packaged Hydra config tree (the repository's ``conf/``)."""
+"""The packaged Hydra config tree (the repository's ``conf/``), composed by Hydra.
+
+Importing this module registers the schema (``schema.py``) in Hydra's ConfigStore, so every
+``conf/memory`` and ``conf/consolidation`` YAML is composed against its dataclass (each lists
+its schema first in its defaults).
+"""
 from __future__ import annotations
 
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 
 from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
+from magma_torch.config.schema import SCHEMAS
+
 CONFIG_MODULE = "magma_torch.conf"
+
+for (_group, _name), _node in SCHEMAS.items():
+    ConfigStore.instance().store(group=_group, name=_name, node=_node)
 
 
 def conf_root() -> Traversable:
@@ -22,7 +33,7 @@ def group_options(group: str) -> list[str]:
 
 
 def load_group(group: str, name: str) -> DictConfig:
-    """One option of a config group composed by Hydra (defaults lists included),
+    """One option of a config group composed by Hydra (defaults lists and schema included),
     e.g. ``load_group("memory", "hybrid_rag")``."""
     if not (conf_root() / group / f"{name}.yaml").is_file():
         raise ValueError(f"unknown {group} config {name!r}; options: {group_options(group)}")

