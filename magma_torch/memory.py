@@ -360,6 +360,11 @@ class MagmaMemory:
             raise RuntimeError(f"answer generation failed: {g.error}")
         return g.text.strip(), r
 
+    @property
+    def graph(self):
+        """The live multigraph as a zero-copy PyG ``HeteroData`` snapshot (``MemoryStore.hetero_data``)."""
+        return self.store.hetero_data()
+
     def stats(self) -> dict:
         s = self.store.stats()
         s["queue"] = self.worker.pending()
