@@ -12,10 +12,13 @@ from dataclasses import dataclass
 import torch
 from torch_geometric.data import HeteroData
 
+from magma_torch.hardware import auto_scan_dtype
 from magma_torch.store.graph import GraphSnapshot, MultiGraph
 from magma_torch.store.keyword_index import KeywordIndex
 from magma_torch.store.tables import EntityTable, EpisodeTable, EventRow, EventTable
 from magma_torch.store.vector_index import VectorIndex
+
+SCAN_DTYPES = ("auto", "float16", "bfloat16")   # the half-precision copy of the embeddings (hardware.py)
 
 
 @dataclass(frozen=True)
@@ -53,10 +56,13 @@ class StoreSnapshot:
 
 class MemoryStore:
     def __init__(self, dim: int, device: torch.device | str = "cpu", vector_backend: str = "auto",
-                 bm25_k1: float = 1.5, bm25_b: float = 0.75, chain_span: int = 4, scan_dtype: str = "float16"):
+                 bm25_k1: float = 1.5, bm25_b: float = 0.75, chain_span: int = 4, scan_dtype: str = "auto"):
         self.device = torch.device(device)
         self.dim = dim
-        self.events = EventTable(dim, device, chain_span=chain_span, scan_dtype=getattr(torch, scan_dtype))
+        if scan_dtype not in SCAN_DTYPES:
+            raise ValueError(f"scan_dtype must be one of {', '.join(SCAN_DTYPES)}, got {scan_dtype!r}")
+        scan = auto_scan_dtype(self.device) if scan_dtype == "auto" else getattr(torch, scan_dtype)
+        self.events = EventTable(dim, device, chain_span=chain_span, scan_dtype=scan)
         self.entities = EntityTable(dim, device)
         self.episodes = EpisodeTable(dim, device)
         self.graph = MultiGraph(device)
