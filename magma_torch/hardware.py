@@ -51,7 +51,7 @@ def auto_scan_dtype(device: torch.device) -> torch.dtype:
     (``torch.backends.cpu.get_cpu_capability() == "DEFAULT"``) each fp16 value is converted
     in scalar code, and bfloat16 (a shift to fp32) is the faster copy. Measured per batch-1
     query on a 2-core AMD EPYC (AVX512-BF16 and F16C, no native fp16), 10^5 events,
-    experiments/scan_dtype.py: AVX-512 kernels fp16 11.3 / bf16 13.6 / fp32 rows 18.3 ms,
+    experiments/batch1_latency.py: AVX-512 kernels fp16 11.3 / bf16 13.6 / fp32 rows 18.3 ms,
     AVX2 10.6 / 12.9 / 17.2, DEFAULT 23.4 / 12.4 / 17.4.
     """
     if device.type != "cpu" or torch.backends.cpu.get_cpu_capability() != "DEFAULT":
