@@ -53,7 +53,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     bench = Bench.build(load_config(), args.events, args.warmup + args.queries, "cpu")
     r, snap = bench.retriever, bench.snap
     paths = {"as configured": QueryPath(snap, r, bench.device)}

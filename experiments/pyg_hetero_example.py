@@ -31,11 +31,9 @@ def build_memory() -> MagmaMemory:
 def node_embeddings(data, hidden: int, layers: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """An untrained GraphSAGE, made heterogeneous over the graph's node and edge types."""
     torch.manual_seed(seed)
-    # Only edge types that have edges: an empty one would give a node type no input at all.
-    edge_types = [et for et in data.edge_types if data[et].num_edges > 0]
-    model = to_hetero(GraphSAGE((-1, -1), hidden, layers, hidden), (data.node_types, edge_types), aggr="sum")
+    model = to_hetero(GraphSAGE((-1, -1), hidden, layers, hidden), data.metadata(), aggr="sum")
     with torch.no_grad():     # not inference_mode: EdgeIndex's views cannot be taken of inference tensors
-        return model(data.x_dict, {et: data[et].edge_index for et in edge_types})
+        return model(data.x_dict, data.edge_index_dict)
 
 
 def main(argv: list[str] | None = None) -> dict[str, torch.Tensor]:

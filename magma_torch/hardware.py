@@ -37,22 +37,16 @@ def cpu_flags() -> list[str]:
     return [f for f in HALF_FLAGS if f in flags]
 
 
-def native_fp16(device: torch.device) -> bool:
-    """Whether half-precision (fp16) products run natively: CUDA, or a CPU with AVX512-FP16 or AMX-FP16."""
-    return device.type == "cuda" or bool({"avx512_fp16", "amx_fp16"} & set(cpu_flags()))
-
-
-
 def auto_scan_dtype(device: torch.device) -> torch.dtype:
     """``scan_dtype: auto``: the half-precision copy the batch-1 scan reads on this device.
 
     float16 on CUDA and wherever torch's CPU kernels are vectorised (AVX2, AVX-512, NEON...):
     they convert fp16 with F16C/AVX-512 at memory speed. Without vectorised kernels
     (``torch.backends.cpu.get_cpu_capability() == "DEFAULT"``) each fp16 value is converted
-    in scalar code, and bfloat16 (a shift to fp32) is the faster copy. Measured per batch-1
-    query on a 2-core AMD EPYC (AVX512-BF16 and F16C, no native fp16), 10^5 events,
-    experiments/batch1_latency.py: AVX-512 kernels fp16 11.3 / bf16 13.6 / fp32 rows 18.3 ms,
-    AVX2 10.6 / 12.9 / 17.2, DEFAULT 23.4 / 12.4 / 17.4.
+    in scalar code, and bfloat16 (a shift to fp32) is the faster copy. Batch-1 p50 per query on a
+    2-core AMD EPYC (AVX512-BF16 and F16C, no native fp16), 10^5 events, one thread,
+    ``experiments/batch1_latency.py --threads 1``, float16 / bfloat16 copy / fp32 rows, no copy:
+    AVX-512 kernels 11.7 / 14.5 / 16.3 ms, AVX2 10.8 / 14.5 / 16.7, DEFAULT 37.0 / 15.9 / 17.0.
     """
     if device.type != "cpu" or torch.backends.cpu.get_cpu_capability() != "DEFAULT":
         return torch.float16
