@@ -1,10 +1,15 @@
-"""Batch-1 latency of the query path by phase, with and without the episode views.
+"""Batch-1 latency of the query path by phase: by scan dtype, and with and without the episode views.
 
     python experiments/batch1_latency.py --events 100000 --queries 200 --json out.json
 
 Builds magma-bench's synthetic memory (conf/bench/default.yaml), warms up, then times
-`QueryPath` one question at a time: as configured, with every episode weight 0, and with the
-episode views removed from the snapshot (what the episode hops cost even when unused).
+`QueryPath` one question at a time, every way in turn on each question: as configured; with the scan reading a float16 copy, a
+bfloat16 copy, or no copy (the [1, N] matrix of the fp32 rows), the same results by
+construction (tests/test_similarity.py), which shows what ``scan_dtype: auto`` should pick on
+this CPU (magma_torch/hardware.py; run again with ATEN_CPU_CAPABILITY=avx2 or default for
+torch's other kernels); with every episode weight 0; and with the episode views removed from
+the snapshot (what the episode hops cost even when unused). The machine record names the
+CPU's half-precision flags.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
+import torch
 from machine import machine  # experiments/machine.py
 
 from magma_torch.bench.measure import Bench, QueryPath, load_config
@@ -23,18 +29,22 @@ from magma_torch.store.csr import IncrementalCSR
 from magma_torch.store.graph import REL_ID
 
 
-def timed(bench: Bench, retriever, warmup: int, queries: int) -> dict:
-    path = QueryPath(bench.snap, retriever, bench.device)
-    for i in range(warmup):
-        path(bench.questions[i:i + 1], bench.windows[i:i + 1])
-    path.phase_s = dict.fromkeys(path.phase_s, 0.0)
-    ms = []
-    for i in range(warmup, warmup + queries):
-        t = time.perf_counter()
-        path(bench.questions[i:i + 1], bench.windows[i:i + 1])
-        ms.append((time.perf_counter() - t) * 1000)
-    return {"ms_p50": statistics.median(ms),
-            "phase_ms_per_query": {k: v * 1000 / queries for k, v in path.phase_s.items()}}
+def timed(bench: Bench, paths: dict[str, QueryPath], warmup: int, queries: int) -> dict:
+    """Batch-1 p50 and mean phase times of each way; the ways take turns question by question,
+    so that load from other jobs falls on all of them alike."""
+    ms = {name: [] for name in paths}
+    for i in range(warmup + queries):
+        q, w = bench.questions[i:i + 1], bench.windows[i:i + 1]
+        for name, path in paths.items():
+            if i == warmup:
+                path.phase_s = dict.fromkeys(path.phase_s, 0.0)
+            t = time.perf_counter()
+            path(q, w)
+            if i >= warmup:
+                ms[name].append((time.perf_counter() - t) * 1000)
+    return {name: {"ms_p50": statistics.median(ms[name]),
+                   "phase_ms_per_query": {k: v * 1000 / queries for k, v in path.phase_s.items()}}
+            for name, path in paths.items()}
 
 
 def main() -> None:
@@ -43,19 +53,27 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     bench = Bench.build(load_config(), args.events, args.warmup + args.queries, "cpu")
-    r = bench.retriever
-    runs = {"as configured": timed(bench, r, args.warmup, args.queries)}
+    r, snap = bench.retriever, bench.snap
+    paths = {"as configured": QueryPath(snap, r, bench.device)}
+    for way in ("float16", "bfloat16", "float32"):
+        scan = None if way == "float32" else snap.embeddings.to(getattr(torch, way))
+        name = f"scan {way}" if scan is not None else "float32 matrix, no copy"
+        paths[name] = QueryPath(dataclasses.replace(snap, scan_embeddings=scan), r, bench.device)
     no_hops = copy.copy(r)
     no_hops.weights = r.weights.clone()
     no_hops.weights[:, REL_ID["episode"]] = 0
-    runs["episode weights 0"] = timed(bench, no_hops, args.warmup, args.queries)
+    paths["episode weights 0"] = QueryPath(snap, no_hops, bench.device)
     empty = IncrementalCSR("cpu").snapshot(0)
-    graph = dataclasses.replace(bench.snap.graph, event_episode=empty, episode_event=empty)
-    bench.snap = dataclasses.replace(bench.snap, graph=graph)
-    runs["episode views removed"] = timed(bench, r, args.warmup, args.queries)
-    out = {"events": args.events, "queries": args.queries, "warmup": args.warmup, "runs": runs, **machine()}
+    graph = dataclasses.replace(snap.graph, event_episode=empty, episode_event=empty)
+    paths["episode views removed"] = QueryPath(dataclasses.replace(snap, graph=graph), r, bench.device)
+    runs = timed(bench, paths, args.warmup, args.queries)
+    out = {"scan_dtype": str(snap.scan_embeddings.dtype), "events": args.events, "queries": args.queries,
+           "warmup": args.warmup, "runs": runs, **machine()}
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")

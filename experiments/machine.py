@@ -10,12 +10,7 @@ from pathlib import Path
 import psutil
 import torch
 
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else ():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+from magma_torch.hardware import cpu_flags, cpu_model
 
 
 def _commit() -> str | None:
@@ -35,7 +30,8 @@ def _commit() -> str | None:
 
 def machine() -> dict:
     """Call at the end of a measurement: the load average then covers the run."""
-    return {"machine": {"cpu": _cpu_model(), "cpus": psutil.cpu_count(),
+    return {"machine": {"cpu": cpu_model(), "cpu_flags": cpu_flags(),
+                        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpus": psutil.cpu_count(),
                         "ram_gib": round(psutil.virtual_memory().total / 2**30),
                         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
                         "python": platform.python_version(), "torch": torch.__version__,

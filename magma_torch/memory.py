@@ -306,6 +306,11 @@ class MagmaMemory:
             raise AnswerError(f"answer generation failed: {g.error}")
         return format_answer(g.text.strip(), dates), r
 
+    @property
+    def graph(self):
+        """The live multigraph as a zero-copy PyG ``HeteroData`` snapshot (``MemoryStore.hetero_data``)."""
+        return self.store.hetero_data()
+
     def stats(self) -> dict:
         s = self.store.stats()
         s["queue"] = self.worker.pending()

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from magma_torch.bench.cli import main
 from magma_torch.bench.measure import Bench, QueryPath, load_config, reference_agreement
 from magma_torch.bench.synthetic import event_rows, synthesize
+from magma_torch.hardware import auto_scan_dtype, cpu_flags, cpu_model
 from magma_torch.ingest import bulk
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.query.anchors import time_ranking
@@ -133,6 +134,10 @@ def test_magma_bench_writes_every_contract_key(tmp_path):
     assert record["gpu_peak_mb"] is None and record["peak_rss_mb"] > 0
     # RSS deltas: page-granular and, at 10^3 events, at the allocator's mercy (they can go below 0)
     assert math.isfinite(record["bytes_per_event"]) and record["retrieval_qps"] > 0
+    # the machine, as far as it decides the figures: CPU model, half-precision flags, torch's kernels, load
+    assert record["machine"].startswith(cpu_model()) and record["cpu_flags"] == cpu_flags()
+    assert record["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert record["scan_dtype"] == str(auto_scan_dtype(torch.device("cpu"))) and len(record["load_average_1_5_15"]) == 3
 
 
 def test_magma_bench_prints_json_then_a_summary_and_takes_the_extra_query_counts(capsys):

@@ -9,7 +9,7 @@ question is timed on its own (MiniLM, batch 1) when sentence-transformers is ins
 from __future__ import annotations
 
 import math
-import platform
+import os
 import resource
 import sys
 import time
@@ -26,6 +26,7 @@ from magma_torch.bench.reference import RowLists, reference_graph
 from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
 from magma_torch.config.resolve import settings, typed, yaml_option
 from magma_torch.config.schema import RetrievalConfig
+from magma_torch.hardware import cpu_flags, cpu_model
 from magma_torch.ingest import bulk
 from magma_torch.query.anchors import Anchors
 from magma_torch.query.beam import BeamResult, salience_order
@@ -320,7 +321,10 @@ class Bench:
             "similarity_mode": {"batch": self.retriever.similarity_mode(snap, batch),
                                 "batch_1": self.retriever.similarity_mode(snap, 1)},
             "vector_backend": snap.vector_index.backend,
-            "machine": _machine(dev), "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+            "machine": _machine(dev), "cpu_flags": cpu_flags(),
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "scan_dtype": str(snap.scan_embeddings.dtype)
+            if snap.scan_embeddings is not None else None,
+            "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
             "threads": torch.get_num_threads(),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         }
@@ -371,5 +375,4 @@ def _agreement_over_batches(store, retriever, q_all, kept, batch, n_ref, tick=la
 def _machine(dev: torch.device) -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    return f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} CPUs, " \
-           f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM"
+    return f"{cpu_model()}, {psutil.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM"

@@ -225,8 +225,9 @@ class MemoryConfig:
     # (retrieval.context.hops) read their norms from it, wider ones gather rows.
     chain_span: int = 4
     # Half-precision copy of the embeddings that small query batches pre-filter the dense top-k with
-    # (exact fp32 scores decide); float16 or bfloat16 (faster on some GPUs).
-    scan_dtype: str = "float16"
+    # (exact fp32 scores decide): float16, bfloat16 or auto (float16 where torch's CPU kernels are
+    # vectorised and on CUDA, else bfloat16: magma_torch/hardware.py).
+    scan_dtype: str = "auto"
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     bm25: Bm25Config = field(default_factory=Bm25Config)
     fast_path: FastPathConfig = field(default_factory=FastPathConfig)

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch_geometric.utils import index_sort, scatter
 
 from magma_torch.config.schema import BeamConfig
 from magma_torch.query.segment import lexsort, rank_in_group, top_in_group
@@ -64,7 +65,9 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
     a_q, a_n, a_s = a_q[keep], a_n[keep], a_s[keep]
     minus = torch.full_like(a_n, -1)
     parts = [(a_q, a_n, a_s, minus, minus, minus, torch.zeros_like(a_n))]
-    visited = torch.sort(a_q * n + a_n).values
+    # Visited (query, node) keys, kept sorted for searchsorted: PyG's index_sort (a radix sort
+    # with pyg-lib installed, torch.sort without it).
+    visited = index_sort(a_q * n + a_n, max_value=b_size * n)[0]
     count = torch.bincount(a_q, minlength=b_size)
     f_q, f_n, f_s = a_q, a_n, a_s
     for depth in range(1, cfg.max_depth + 1):
@@ -117,7 +120,7 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         idx, score, r_q = idx[take], score[take], r_q[take]
         node = nbr[idx]
         parts.append((r_q, node, score, f_n[seg[idx]], rel[idx], via[idx], torch.full_like(node, depth)))
-        visited = torch.sort(torch.cat([visited, r_q * n + node])).values
+        visited = index_sort(torch.cat([visited, r_q * n + node]), max_value=b_size * n)[0]
         count = count + torch.bincount(r_q, minlength=b_size)
         f_q, f_n, f_s = r_q, node, score
     return BeamResult(*(torch.cat(col) for col in zip(*parts)))
@@ -134,18 +137,15 @@ def entity_specificity(graph: GraphSnapshot, entities: torch.Tensor, num_events:
 
 def _segment_argbest(segment: torch.Tensor, num_segments: int, score: torch.Tensor,
                      tie: torch.Tensor) -> torch.Tensor:
-    """Index of the best row of each non-empty segment, in segment order: highest score,
-    then lowest ``tie``, then lowest index."""
-    top = torch.full((num_segments,), -torch.inf, dtype=score.dtype, device=score.device)
-    top = top.scatter_reduce(0, segment, score, "amax")
+    """Index of the best row of each segment, in segment order: highest score, then lowest
+    ``tie``, then lowest index. Every segment must have a row (``segment`` is an inverse
+    from ``torch.unique``), so PyG's scatter leaves no empty segment at its fill value."""
+    top = scatter(score, segment, 0, num_segments, reduce="max")
     cand = score == top[segment]
-    low = torch.full((num_segments,), torch.iinfo(tie.dtype).max, dtype=tie.dtype, device=tie.device)
-    low = low.scatter_reduce(0, segment[cand], tie[cand], "amin")
+    low = scatter(tie[cand], segment[cand], 0, num_segments, reduce="min")
     cand &= tie == low[segment]
-    rows = score.numel()
-    first = torch.full((num_segments,), rows, dtype=torch.long, device=score.device)
-    first = first.scatter_reduce(0, segment[cand], torch.arange(rows, device=score.device)[cand], "amin")
-    return first[first < rows]
+    rows = torch.arange(score.numel(), device=score.device)
+    return scatter(rows[cand], segment[cand], 0, num_segments, reduce="min")
 
 
 def relation_weights(intent_weights: dict[str, dict[str, float]], intents: tuple[str, ...]) -> torch.Tensor:

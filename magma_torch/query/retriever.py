@@ -151,7 +151,8 @@ class Retriever:
     def similarity_mode(self, snap: StoreSnapshot, num_questions: int) -> str:
         """"matrix" or "scan": how ``similarity`` scores a batch of this many questions (its first pass)."""
         size = self.passes(snap, num_questions)[0].stop if num_questions else 0
-        return "matrix" if Similarity.uses_matrix(min(size, num_questions), True, self.cfg.similarity) else "scan"
+        has_copy = snap.scan_embeddings is not None
+        return "matrix" if Similarity.uses_matrix(min(size, num_questions), has_copy, self.cfg.similarity) else "scan"
 
     @torch.inference_mode()
     def similarity(self, snap: StoreSnapshot, q: torch.Tensor) -> Similarity:

@@ -62,7 +62,12 @@ def _expand(start, deg, col, rel):
 
 
 class IncrementalCSR:
-    """Directed adjacency (row -> col, relation id) kept as main CSR + sorted delta."""
+    """Directed adjacency (row -> col, relation id) kept as main CSR + sorted delta.
+
+    Hand-written rather than PyG's ``EdgeIndex``: an ``EdgeIndex`` cannot grow in place (each
+    add would rebuild its cached CSR), and it has no gather of many rows' neighbourhoods at
+    once, which the beam does at every depth (``CSRSnapshot.gather``).
+    """
 
     def __init__(self, device: torch.device | str = "cpu", merge_fraction: float = 0.125,
                  min_merge: int = 4096):

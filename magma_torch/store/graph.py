@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
+from torch_geometric import EdgeIndex
 from torch_geometric.data import HeteroData
 
 from magma_torch.store.csr import CSRSnapshot, IncrementalCSR
@@ -33,6 +34,8 @@ EDGE_TYPES = {
 }
 REVERSE_ENTITY = ("entity", "rev_mentions", "event")
 REVERSE_EPISODE = ("episode", "rev_in_episode", "event")
+# The node-mediated hops, with the reverse edge type that carries PyG messages back to events.
+REVERSED = {"entity": REVERSE_ENTITY, "episode": REVERSE_EPISODE}
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,10 @@ class MultiGraph:
 
     def __init__(self, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
-        self._edges = {rel: (GrowableTensor((), torch.long, device), GrowableTensor((), torch.long, device),
+        # Each relation's edges as rows of one [rows, capacity] buffer, so that PyG's [2, E]
+        # edge_index is a view (no copy). The node-mediated hops keep a second copy of src as
+        # a third row: [dst, src], their reverse edge type, is then a view as well.
+        self._edges = {rel: (GrowableTensor((), torch.long, device, lead_shape=(3 if rel in REVERSED else 2,)),
                              GrowableTensor((), torch.float32, device)) for rel in RELATIONS}
         self._event_adj = IncrementalCSR(device)
         self._event_entity = IncrementalCSR(device)
@@ -79,9 +85,8 @@ class MultiGraph:
             return
         weight = torch.ones(src.numel(), device=self.device) if weight is None else torch.as_tensor(
             weight, dtype=torch.float32, device=self.device)
-        s, d, w = self._edges[relation]
-        s.extend(src)
-        d.extend(dst)
+        pairs, w = self._edges[relation]
+        pairs.extend(torch.stack([src, dst, src][:pairs.data.shape[0]]))
         w.extend(weight)
         self._add_views(relation, src, dst)
         if relation == "entity":
@@ -129,8 +134,8 @@ class MultiGraph:
 
     # ---- reads ----
     def edges(self, relation: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        s, d, w = self._edges[relation]
-        return s.data, d.data, w.data
+        pairs, w = self._edges[relation]
+        return pairs.data[0], pairs.data[1], w.data
 
     def num_edges(self, relation: str) -> int:
         return len(self._edges[relation][0])
@@ -143,18 +148,21 @@ class MultiGraph:
                              self._episode_event.snapshot(num_episodes))
 
     def to_hetero_data(self, num_events: int, num_entities: int, num_episodes: int = 0) -> HeteroData:
-        """A PyG view (no copies) of the edge tensors, for PyG tooling and inspection."""
+        """The edges as PyG ``HeteroData`` (node counts, no node features; ``MemoryStore.hetero_data``
+        adds those): per relation an ``EdgeIndex`` and an ``edge_weight`` that are views of the
+        stored buffers (no copy), plus the reverse mentions and memberships, views too."""
         data = HeteroData()
-        data["event"].num_nodes = num_events
-        data["entity"].num_nodes = num_entities
-        data["episode"].num_nodes = num_episodes
+        sizes = {"event": num_events, "entity": num_entities, "episode": num_episodes}
+        for node_type, n in sizes.items():
+            data[node_type].num_nodes = n
         for rel, edge_type in EDGE_TYPES.items():
-            s, d, w = self.edges(rel)
-            data[edge_type].edge_index = torch.stack([s, d])
+            pairs, w = (t.data for t in self._edges[rel])
+            src, _, dst = edge_type
+            data[edge_type].edge_index = EdgeIndex(pairs[:2], sparse_size=(sizes[src], sizes[dst]))
             data[edge_type].edge_weight = w
-        for rel, edge_type in (("entity", REVERSE_ENTITY), ("episode", REVERSE_EPISODE)):
-            s, d, w = self.edges(rel)
-            data[edge_type].edge_index = torch.stack([d, s])
+            if rel in REVERSED:
+                data[REVERSED[rel]].edge_index = EdgeIndex(pairs[1:], sparse_size=(sizes[dst], sizes[src]))
+                data[REVERSED[rel]].edge_weight = w
         return data
 
     def state(self) -> dict[str, torch.Tensor]:
@@ -169,9 +177,9 @@ class MultiGraph:
         for rel, n in counts.items():
             if self.num_edges(rel) == n:
                 continue
-            s, d, w = self._edges[rel]
-            removed = list(zip(s.data[n:].tolist(), d.data[n:].tolist()))
-            for t in (s, d, w):
+            s, d, _ = self.edges(rel)
+            removed = list(zip(s[n:].tolist(), d[n:].tolist()))
+            for t in self._edges[rel]:
                 t.truncate(n)
             if rel == "entity":
                 self._mentions.difference_update(removed)

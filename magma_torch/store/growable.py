@@ -5,16 +5,22 @@ import torch
 
 
 class GrowableTensor:
-    """A tensor that grows along dim 0 by doubling its capacity.
+    """A tensor that grows along one dimension by doubling its capacity.
 
-    ``data`` is a view of the first ``len(self)`` rows; a view taken earlier stays
+    The buffer is ``[*lead_shape, capacity, *tail_shape]`` and grows along the capacity
+    dimension: rows of a column (``lead_shape=()``), or columns of an edge list
+    (``lead_shape=(2,)``, so that ``data`` is a ``[2, E]`` view whose rows are contiguous,
+    as PyG's ``edge_index`` and ``EdgeIndex`` want).
+
+    ``data`` is a view of the first ``len(self)`` entries; a view taken earlier stays
     valid and unchanged after later appends (appends write past it or into a new
     buffer), which is what lets readers hold snapshots without locks.
     """
 
     def __init__(self, tail_shape: tuple[int, ...] = (), dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu", capacity: int = 1024):
-        self._buf = torch.empty((max(capacity, 1), *tail_shape), dtype=dtype, device=device)
+                 device: torch.device | str = "cpu", capacity: int = 1024, lead_shape: tuple[int, ...] = ()):
+        self._dim = len(lead_shape)
+        self._buf = torch.empty((*lead_shape, max(capacity, 1), *tail_shape), dtype=dtype, device=device)
         self._len = 0
 
     def __len__(self) -> int:
@@ -22,25 +28,28 @@ class GrowableTensor:
 
     @property
     def data(self) -> torch.Tensor:
-        return self._buf[: self._len]
+        return self._buf.narrow(self._dim, 0, self._len)
 
     @property
     def capacity(self) -> int:
-        return self._buf.shape[0]
+        return self._buf.shape[self._dim]
 
     def extend(self, rows: torch.Tensor) -> None:
+        """Append ``rows``, shaped like ``data`` but for their count along the growing dimension."""
         rows = rows.to(device=self._buf.device, dtype=self._buf.dtype)
-        need = self._len + rows.shape[0]
+        need = self._len + rows.shape[self._dim]
         if need > self.capacity:
             cap = self.capacity
             while cap < need:
                 cap *= 2
-            grown = torch.empty((cap, *self._buf.shape[1:]), dtype=self._buf.dtype, device=self._buf.device)
-            grown[: self._len] = self._buf[: self._len]
+            shape = list(self._buf.shape)
+            shape[self._dim] = cap
+            grown = torch.empty(shape, dtype=self._buf.dtype, device=self._buf.device)
+            grown.narrow(self._dim, 0, self._len).copy_(self.data)
             self._buf = grown
-        self._buf[self._len: need] = rows
+        self._buf.narrow(self._dim, self._len, need - self._len).copy_(rows)
         self._len = need
 
     def truncate(self, length: int) -> None:
-        """Forget rows past ``length`` (rollback of a failed batch)."""
+        """Forget entries past ``length`` (rollback of a failed batch)."""
         self._len = min(self._len, length)

@@ -10,11 +10,15 @@ import threading
 from dataclasses import dataclass
 
 import torch
+from torch_geometric.data import HeteroData
 
+from magma_torch.hardware import auto_scan_dtype
 from magma_torch.store.graph import GraphSnapshot, MultiGraph
 from magma_torch.store.keyword_index import KeywordIndex
 from magma_torch.store.tables import EntityTable, EpisodeTable, EventRow, EventTable
 from magma_torch.store.vector_index import VectorIndex
+
+SCAN_DTYPES = ("auto", "float16", "bfloat16")   # the half-precision copy of the embeddings (hardware.py)
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,13 @@ class StoreSnapshot:
 
 class MemoryStore:
     def __init__(self, dim: int, device: torch.device | str = "cpu", vector_backend: str = "auto",
-                 bm25_k1: float = 1.5, bm25_b: float = 0.75, chain_span: int = 4, scan_dtype: str = "float16"):
+                 bm25_k1: float = 1.5, bm25_b: float = 0.75, chain_span: int = 4, scan_dtype: str = "auto"):
         self.device = torch.device(device)
         self.dim = dim
-        self.events = EventTable(dim, device, chain_span=chain_span, scan_dtype=getattr(torch, scan_dtype))
+        if scan_dtype not in SCAN_DTYPES:
+            raise ValueError(f"scan_dtype must be one of {', '.join(SCAN_DTYPES)}, got {scan_dtype!r}")
+        scan = auto_scan_dtype(self.device) if scan_dtype == "auto" else getattr(torch, scan_dtype)
+        self.events = EventTable(dim, device, chain_span=chain_span, scan_dtype=scan)
         self.entities = EntityTable(dim, device)
         self.episodes = EpisodeTable(dim, device)
         self.graph = MultiGraph(device)
@@ -93,6 +100,29 @@ class MemoryStore:
                                  self.vector_index, self.keyword_index, (s, d), self.events.episode.data,
                                  self.events.speaker.data, self.events.speaker_names, self.episodes.first.data,
                                  self.episodes.sums.data, self.episode_keywords, self.events.ids, (later, earlier))
+
+    def hetero_data(self) -> HeteroData:
+        """The live multigraph as PyG ``HeteroData``, every tensor a view of the store's (no copy).
+
+        Node types ``event`` (``x``: unit embeddings [N, d], ``time``: epoch seconds, float64),
+        ``entity`` (``x``: embedding of the name) and ``episode`` (``x``: the *sum* of its
+        events' embeddings, unnormalised); edge types ``graph.EDGE_TYPES`` in their stored
+        direction plus ``graph.REVERSED``, each with an ``EdgeIndex`` and an ``edge_weight``.
+
+        A snapshot: taken under the lock, it holds the nodes and edges there were at that
+        moment. Later adds never show up in it and never change it (they write past its end or
+        into a new buffer), with two exceptions that write in place: a stream's open episode
+        (its ``x`` grows as events join it) and a failed write's rollback, whose rows the next
+        write reuses. Call ``hetero_data()`` again for a newer graph.
+        """
+        with self.lock:
+            n, m, p = len(self.events), len(self.entities), len(self.episodes)
+            data = self.graph.to_hetero_data(n, m, p)
+            data["event"].x = self.events.embeddings.data
+            data["event"].time = self.events.timestamps.data
+            data["entity"].x = self.entities.embeddings.data
+            data["episode"].x = self.episodes.sums.data
+            return data
 
     def adopt(self, other: "MemoryStore") -> None:
         """Take ``other``'s contents (a rebuilt copy of this store, e.g. after a forget); the caller
