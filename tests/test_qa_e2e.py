@@ -15,6 +15,9 @@ def test_qa_with_llm_consolidation_through_llamacpp(tmp_path):
     cmd = [sys.executable, "-m", "magma_torch.eval.runner", "task=qa", "dataset=demo", "dataset.limit=1",
            "memory=magma", "consolidation=llm", "llm=llamacpp", "judge=llamacpp",
            "memory.retrieval.budget_tokens=600", "llm.max_retries=1", "judge.max_retries=1", "progress=false",
+           # 4 neighbours per consolidation prompt (of 12): about 200 prompt tokens instead of 880; on a
+           # 2-core AVX2 CPU (SmolLM2 reads about 140 prompt tokens/s there) the test took 10.8 min, not 13.3
+           "consolidation.max_neighbours=4",
            f"out_dir={out}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
