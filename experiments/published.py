@@ -209,11 +209,11 @@ def bench_run(name: str) -> str:
 def bench_history() -> str:
     """Every committed 10^5-event CPU run (`history/` holds the earlier ones, restored from git)."""
     paths = sorted((BENCH / "history").glob("cpu_100k_*.json")) + [BENCH / "cpu_100k.json"]
-    lines = ["| file | measured | edges | queries/s (batch 256) | reference q/s | speed-up | ms/query p50 (batch 1) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| file | measured | machine | edges | queries/s (batch 256) | reference q/s | speed-up | ms/query p50 (batch 1) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in paths:
         r = _load_json(p)
-        lines.append(f"| `{p.relative_to(BENCH)}` | {r['date']} | {r['edges']:,} | {r['retrieval_qps']:.1f} | "
+        lines.append(f"| `{p.relative_to(BENCH)}` | {r['date']} | {r['machine']} | {r['edges']:,} | {r['retrieval_qps']:.1f} | "
                      f"{r['reference_qps']:.2f} | {r['speedup_vs_reference']:.1f}× | {r['retrieval_ms_p50']:.2f} |")
     return "\n".join(lines) + "\n"
 
