@@ -153,6 +153,44 @@ class BeamConfig:
 
 
 @dataclass
+class RerankWeights:
+    """One weight per re-ranking feature (query/rerank.py FEATURES): a logistic regression
+    fitted on the LoCoMo dev split by experiments/train_rerank.py, which writes
+    experiments/results/rerank/locomo_dev.json; tests/test_rerank.py checks these equal it.
+    Only the order they give matters (no intercept, and a positive scale changes nothing)."""
+    rank_vector: float = -0.708667
+    rank_keyword: float = -0.098871
+    rank_time: float = -0.272313
+    rank_vector_context: float = -0.598863
+    rank_keyword_context: float = 1.045054
+    rank_episode: float = 0.0
+    rank_speaker: float = -0.841911
+    in_vector: float = 0.0
+    in_keyword: float = -1.394599
+    in_time: float = 0.664065
+    in_vector_context: float = 1.25653
+    in_keyword_context: float = -2.317961
+    in_episode: float = 0.0
+    in_speaker: float = 2.54265
+    fused: float = 6.620316
+    cosine: float = 0.698648
+    position: float = -0.30169
+    support_temporal: float = 5.098726
+    support_semantic: float = -0.036131
+    support_causal: float = 2.09058
+    support_entity: float = 2.099475
+    support_episode: float = -0.008213
+
+
+@dataclass
+class RerankConfig:
+    """Anchor re-ranking (query/rerank.py): the fused top ``pool`` rescored, the best anchor_k kept."""
+    pool: int = 300                   # fused candidates rescored; 0: none, the anchors are RRF's order
+    support_from: int = 10            # the best fused candidates whose one-hop links count as support
+    weights: RerankWeights = field(default_factory=RerankWeights)
+
+
+@dataclass
 class SimilarityConfig:
     """cos(q, v) for a batch, computed once (query/similarity.py); both ways give the same values."""
     matrix_min_batch: int = 16        # batches this large get the full [B, N] Q·Eᵀ matrix (one pass over E) ...
@@ -189,6 +227,7 @@ class RetrievalConfig:
     anchor_k: int = 50                # anchors handed to the beam search; each starts at the best transition score times its RRF / best RRF
     use_intent: bool = True           # False: the `uniform` row of intent_weights for every intent (ablation)
     intent_weights: IntentWeights = field(default_factory=IntentWeights)
+    rerank: RerankConfig = field(default_factory=RerankConfig)
     beam: BeamConfig = field(default_factory=BeamConfig)
     similarity: SimilarityConfig = field(default_factory=SimilarityConfig)
     budget_tokens: Optional[int] = 2000   # the context's token budget; None: no cut

@@ -22,6 +22,7 @@ from magma_torch.query.anchors import (Anchors, context_candidates, context_scor
                                        keep_inside, rrf_fuse, speaker_ranking, speakers_named, time_ranking)
 from magma_torch.query.beam import BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
+from magma_torch.query.rerank import feature_matrix, removed_relations, rerank
 from magma_torch.query.linearize import cut_block, format_time, linearize, render_blocks
 from magma_torch.query.segment import top_ids
 from magma_torch.query.supersession import notes, prefer_current
@@ -162,9 +163,27 @@ class Retriever:
     @torch.inference_mode()
     def anchors(self, snap: StoreSnapshot, sim: Similarity, windows: list[tuple[float, float] | None],
                 questions: list[str] | None = None) -> Anchors:
+        """The anchors handed to the beam: the fused candidates (``fused``), re-ranked
+        (query/rerank.py) unless ``rerank.pool`` is 0, the best ``anchor_k`` of them."""
+        cfg = self.cfg
+        fused = self.fused(snap, sim, windows, questions)
+        if not cfg.rerank.pool:
+            return fused
+        features = self.rerank_features(snap, sim, fused)
+        return rerank(fused, features, cfg.rerank, cfg.rrf_k, cfg.anchor_k)
+
+    def rerank_features(self, snap: StoreSnapshot, sim: Similarity, fused: Anchors) -> torch.Tensor:
+        """[B, P, len(rerank.FEATURES)] features of the fused candidates."""
+        return feature_matrix(snap.graph, snap.episode_of, sim, fused, self.cfg.rrf_k, self.cfg.rerank.support_from,
+                              removed_relations(self.weights))
+
+    @torch.inference_mode()
+    def fused(self, snap: StoreSnapshot, sim: Similarity, windows: list[tuple[float, float] | None],
+              questions: list[str] | None = None) -> Anchors:
         """RRF over the dense, keyword and time rankings, and over the dense and keyword
-        rankings of each event's temporal-context view. ``windows``: epoch-second time
-        windows (None: no window); ``questions`` are read by the keyword signals only."""
+        rankings of each event's temporal-context view: the best ``anchor_k``, or
+        ``rerank.pool`` when the re-ranker is on and that is more. ``windows``: epoch-second
+        time windows (None: no window); ``questions`` are read by the keyword signals only."""
         cfg, n, dev = self.cfg, snap.num_events, sim.queries.device
         on = {s: s in cfg.active_signals for s in SIGNALS}
         k = {s: getattr(cfg.signal_top_k, s) for s in SIGNALS}
@@ -202,7 +221,8 @@ class Retriever:
             ranked = {s: keep_inside(r, inside_windows(r, windows, snap.timestamps, snap.date_spans))
                       for s, r in ranked.items()}
         weights = [getattr(cfg.signal_weights, s) if on[s] else 0.0 for s in SIGNALS]
-        return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, cfg.anchor_k, max(n, 1))
+        top = max(cfg.anchor_k, cfg.rerank.pool) if cfg.rerank.pool else cfg.anchor_k
+        return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, top, max(n, 1))
 
     def start_scores(self, sim: Similarity, anchors: Anchors) -> torch.Tensor:
         """The beam's start score of each anchor, on the scale of the transitions it competes

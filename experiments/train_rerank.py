@@ -1,0 +1,146 @@
+"""Fit the anchor re-ranker's weights (query/rerank.py) on the LoCoMo dev split.
+
+    .venv/bin/pip install -e ".[train]"        # scikit-learn
+    .venv/bin/python experiments/train_rerank.py ../shared/data/locomo/locomo10_dev.json \
+        --out experiments/results/rerank/locomo_dev.json
+
+Each conversation becomes a memory (magma, heuristic consolidation, as `magma-run
+task=retrieval` builds it). For every question of categories 1-4 with evidence, the fused
+top ``rerank.pool`` candidates and their features are read with the re-ranker off; a
+candidate's label is whether it is an evidence turn. Labels are read here, offline, and
+never at inference: the query path reads only the fitted weights, from the schema
+(RerankWeights), which must equal this file's ``weights`` (tests/test_rerank.py).
+
+The model is scikit-learn's L2 logistic regression on standardised features, folded back
+to one weight per raw feature (the intercept does not change an order). Before the final
+fit on every conversation, each conversation is held out in turn: fitted on the others,
+the whole query process (beam included) is run on it with those weights, and the recall
+of the held-out questions is what ``cross_validation`` reports, next to the same questions
+without the re-ranker.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from machine import machine  # experiments/machine.py
+from sklearn.linear_model import LogisticRegression
+
+from magma_torch.config.resolve import memory_config, settings
+from magma_torch.eval.datasets import load_dataset
+from magma_torch.eval.runner import RECALL_EXCLUDED, records
+from magma_torch.eval.metrics import recall_all_at_k, recall_all_at_tokens
+from magma_torch.memory import MagmaMemory
+from magma_torch.query.intent import IntentClassifier
+from magma_torch.query.rerank import FEATURES, with_weights
+from magma_torch.query.retriever import Retriever, _utc
+from magma_torch.text.embedder import Embedder
+from magma_torch.text.temporal import question_time_window
+
+
+def scored_questions(sample):
+    return [q for q in sample.questions if q.evidence and not q.abstention and q.category not in RECALL_EXCLUDED]
+
+
+def pool_features(ret: Retriever, emb: Embedder, snap, sample) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(features [P, F], labels [P]) per scored question of ``sample``."""
+    qs = scored_questions(sample)
+    texts = [q.question for q in qs]
+    windows = [question_time_window(t, q.query_time) for t, q in zip(texts, qs)]
+    epochs = [None if w is None else tuple(_utc(t) for t in w) for w in windows]
+    sim = ret.similarity(snap, emb.encode(texts).to(snap.embeddings.device))
+    fused = ret.fused(snap, sim, epochs, texts)
+    feats = ret.rerank_features(snap, sim, fused).numpy()
+    source = np.array([r.source_id for r in snap.rows], dtype=object)
+    out = []
+    for b, q in enumerate(qs):
+        ids = fused.ids[b]
+        n = int((ids >= 0).sum())
+        out.append((feats[b, :n], np.isin(source[ids[:n].numpy()], list(q.evidence)).astype(np.float32)))
+    return out
+
+
+def fit(parts: list[tuple[np.ndarray, np.ndarray]], c: float) -> dict[str, float]:
+    x = np.concatenate([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    mu, sd = x.mean(0), x.std(0)
+    live = sd > 1e-9                          # a constant feature orders nothing
+    clf = LogisticRegression(C=c, max_iter=5000).fit((x[:, live] - mu[live]) / sd[live], y)
+    w = np.zeros(len(FEATURES))
+    w[live] = clf.coef_[0] / sd[live]
+    return {f: round(float(v), 6) for f, v in zip(FEATURES, w)}
+
+
+def recall(ret: Retriever, emb: Embedder, snap, sample, budget: int) -> list[dict]:
+    qs = scored_questions(sample)
+    rs = ret.retrieve_batch(snap, [q.question for q in qs], [q.query_time for q in qs])
+    return [{"category": q.category,
+             "recall_all@10": recall_all_at_k(r.source_ids, q.evidence, 10),
+             f"recall_all@{budget}tok": recall_all_at_tokens([n.source_ids for n in r.nodes],
+                                                             [n.tokens for n in r.nodes], q.evidence, budget)}
+            for q, r in zip(qs, rs)]
+
+
+def summary(rows: list[dict]) -> dict:
+    keys = [k for k in rows[0] if k.startswith("recall")]
+    out = {"overall": {k: round(float(np.mean([r[k] for r in rows])), 4) for k in keys}, "questions": len(rows)}
+    for cat in sorted({r["category"] for r in rows}):
+        sub = [r for r in rows if r["category"] == cat]
+        out[cat] = {k: round(float(np.mean([r[k] for r in sub])), 4) for k in keys}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data", help="the LoCoMo dev split (locomo10_dev.json)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
+    args = ap.parse_args()
+    cfg = memory_config("magma")
+    rc = settings(cfg).retrieval
+    emb = Embedder(device="cpu")
+    intent = IntentClassifier.load(device="cpu")
+    samples = list(load_dataset("locomo", args.data))
+    memories = []
+    for s in samples:
+        m = MagmaMemory(cfg, "heuristic", namespace=s.sample_id, embedder=emb)
+        m.add_many(records(s))
+        m.consolidate()
+        memories.append((s, m.store.snapshot()))
+    ret = Retriever(emb, intent, rc)
+    parts = {s.sample_id: pool_features(ret, emb, snap, s) for s, snap in memories}
+
+    budget = int(rc.budget_tokens)
+    off = Retriever(emb, intent, dataclasses.replace(rc, rerank=dataclasses.replace(rc.rerank, pool=0)))
+    held_rows, off_rows, folds = [], [], {}
+    for s, snap in memories:
+        w = fit([p for sid, ps in parts.items() if sid != s.sample_id for p in ps], args.C)
+        rows, base = recall(Retriever(emb, intent, dataclasses.replace(rc, rerank=with_weights(rc.rerank, w))), emb, snap, s, budget), recall(off, emb, snap, s, budget)
+        folds[s.sample_id] = {"rerank": summary(rows)["overall"], "rrf": summary(base)["overall"]}
+        held_rows += rows
+        off_rows += base
+    weights = fit([p for ps in parts.values() for p in ps], args.C)
+    out = {"command": "python experiments/train_rerank.py " + " ".join(
+               f"{a}" for a in [args.data, "--out", args.out, "--C", args.C]),
+           "data": Path(args.data).name, "memory": "magma", "consolidation": "heuristic",
+           "pool": rc.rerank.pool, "support_from": rc.rerank.support_from, "C": args.C,
+           "features": list(FEATURES), "weights": weights,
+           "cross_validation": {"method": "leave one conversation out; the held-out conversation's questions "
+                                          "through the whole query process (beam included)",
+                                "rerank": summary(held_rows), "rrf": summary(off_rows), "folds": folds},
+           "machine": machine()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({k: out["cross_validation"][k]["overall"] for k in ("rerank", "rrf")}))
+    print("RerankWeights defaults (magma_torch/config/schema.py):")
+    for f, v in weights.items():
+        print(f"    {f}: float = {v}")
+
+
+if __name__ == "__main__":
+    torch.set_grad_enabled(False)
+    main()

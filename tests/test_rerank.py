@@ -1,0 +1,145 @@
+"""Anchor re-ranking (query/rerank.py): the features against a plain-Python reading of the
+graph, the order the weights give, ablated relations, and the shipped weights against the
+file that fitted them."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from magma_torch import MagmaMemory
+from magma_torch.config.schema import RELATIONS, SIGNALS, RerankWeights
+from magma_torch.query.beam import entity_specificity
+from magma_torch.query.rerank import FEATURES, feature_matrix, rerank, removed_relations, with_weights
+from magma_torch.store.graph import REL_ID
+from magma_torch.text.embedder import Embedder
+
+FITTED = Path(__file__).parents[1] / "experiments/results/rerank/locomo_dev.json"
+
+TURNS = ["I adopted a beagle puppy named Max.", "Max chewed my shoes today.",
+         "We walk Max in the park every morning.", "My violin lesson starts at noon.",
+         "I play the violin in a small orchestra.", "Did you finish the painting of the lake?",
+         "Yes, the lake painting is in the gallery now.", "I bought a clarinet for the band.",
+         "The clarinet sounds lovely next to the violin.", "Max loves the park by the lake.",
+         "The orchestra plays in Boston next month.", "Boston is where my sister lives."]
+QUESTIONS = ["Which instruments does Melanie play?", "What is the dog called?", "Where does the orchestra play?"]
+
+
+@pytest.fixture(scope="module")
+def mem():
+    emb = Embedder(device="cpu")
+    m = MagmaMemory({"slow_path": {"background": False}, "retrieval": {"anchor_k": 5, "rerank": {"pool": 9,
+                     "support_from": 4}}}, "heuristic", device="cpu", embedder=emb)
+    m.add_many([{"text": t, "timestamp": f"2023-05-{1 + i // 4:02d} 10:{i:02d}", "speaker": "AB"[i % 2],
+                 "session_id": f"s{i // 4}", "stream": "c", "source_id": f"D{i}"} for i, t in enumerate(TURNS)])
+    m.consolidate()
+    yield m
+    m.close()
+
+
+def pool(mem):
+    ret, snap = mem.retriever, mem.store.snapshot()
+    sim = ret.similarity(snap, mem.embedder.encode(QUESTIONS))
+    return ret, snap, sim, ret.fused(snap, sim, [None] * len(QUESTIONS), QUESTIONS)
+
+
+def reference_features(snap, sim, fused, rrf_k: int, m: int) -> list[list[list[float]]]:
+    """The features read one candidate at a time from the graph's edge lists."""
+    n = snap.num_events
+    adj = defaultdict(set)
+    seg, nbr, rel = snap.graph.event_adj.gather(torch.arange(n))
+    for u, v, r in zip(seg.tolist(), nbr.tolist(), rel.tolist()):
+        adj[u].add((v, r))
+    seg, ent, _ = snap.graph.event_entity.gather(torch.arange(n))
+    spec = entity_specificity(snap.graph, ent, n).tolist()
+    entities = defaultdict(dict)
+    for u, e, s in zip(seg.tolist(), ent.tolist(), spec):
+        entities[u][e] = s
+    episode = snap.episode_of.tolist()
+    out = []
+    for b in range(fused.ids.shape[0]):
+        ids = [i for i in fused.ids[b].tolist() if i >= 0]
+        top, rows = ids[:m], []
+        for j, v in enumerate(ids):
+            ranks = fused.ranks[b, j].tolist()
+            others = [u for u in top if u != v]
+            support = {r: sum((v, REL_ID[r]) in adj[u] for u in others) / m for r in ("temporal", "semantic", "causal")}
+            support["episode"] = sum(episode[u] == episode[v] for u in others) / m
+            support["entity"] = sum(max([entities[u][e] for e in entities[v] if e in entities[u]], default=0.0)
+                                    for u in others) / m
+            rows.append([rrf_k / (rrf_k + r) if r else 0.0 for r in ranks] + [float(r > 0) for r in ranks]
+                        + [float(fused.scores[b, j] / fused.scores[b, 0]), float(sim.pairs(torch.tensor([b]),
+                                                                                       torch.tensor([v]))[0]),
+                           math.log1p(j)] + [support[r] for r in RELATIONS])
+        out.append(rows)
+    return out
+
+
+def test_feature_names_are_the_weight_fields():
+    assert FEATURES == tuple(f.name for f in dataclasses.fields(RerankWeights))
+    assert len(FEATURES) == 2 * len(SIGNALS) + 3 + len(RELATIONS)
+
+
+def test_features_match_a_plain_python_reading_of_the_graph(mem):
+    ret, snap, sim, fused = pool(mem)
+    cfg = ret.cfg
+    got = feature_matrix(snap.graph, snap.episode_of, sim, fused, cfg.rrf_k, cfg.rerank.support_from)
+    want = reference_features(snap, sim, fused, cfg.rrf_k, cfg.rerank.support_from)
+    assert fused.ids.shape[1] == 9
+    for b, rows in enumerate(want):
+        assert torch.allclose(got[b, :len(rows)], torch.tensor(rows, dtype=torch.float64), atol=1e-5)
+        assert not got[b, len(rows):].any()                     # padding
+    support = got[..., -len(RELATIONS):]
+    # the fixture's graph has what the support features read: semantic, temporal, episode and entity links
+    for r in ("temporal", "semantic", "episode", "entity"):
+        assert support[..., RELATIONS.index(r)].sum() > 0, r
+
+
+def test_weights_set_the_order_and_zero_weights_keep_rrf(mem):
+    ret, snap, sim, fused = pool(mem)
+    cfg = ret.cfg
+    feats = ret.rerank_features(snap, sim, fused)
+    zero = with_weights(cfg.rerank, {f: 0.0 for f in FEATURES})
+    same = rerank(fused, feats, zero, cfg.rrf_k, cfg.anchor_k)
+    assert torch.equal(same.ids, fused.ids[:, :cfg.anchor_k])
+    by_cosine = rerank(fused, feats, with_weights(zero, {"cosine": 1.0}), cfg.rrf_k, cfg.anchor_k)
+    for b in range(len(QUESTIONS)):
+        cos = sim.pairs(torch.full((9,), b), fused.ids[b])
+        assert by_cosine.ids[b].tolist() == fused.ids[b][torch.argsort(cos, descending=True, stable=True)][:5].tolist()
+    # scores fall off as RRF's do, and every signal's rank moves with its anchor
+    assert torch.allclose(by_cosine.scores[0], 1.0 / (cfg.rrf_k + torch.arange(1, 6, dtype=torch.float64)))
+    j = (fused.ids[0] == by_cosine.ids[0, 0]).nonzero().item()
+    assert torch.equal(by_cosine.ranks[0, 0], fused.ranks[0, j])
+
+
+def test_a_relation_removed_from_every_intent_gives_no_support(mem):
+    ret, snap, sim, fused = pool(mem)
+    w = ret.weights.clone()
+    w[:, REL_ID["entity"]] = 0
+    w[:1, REL_ID["episode"]] = 0                            # removed for one intent only: still there
+    assert removed_relations(w) == frozenset({"entity"})
+    got = feature_matrix(snap.graph, snap.episode_of, sim, fused, ret.cfg.rrf_k, ret.cfg.rerank.support_from,
+                         removed_relations(w))
+    assert not got[..., FEATURES.index("support_entity")].any()
+    assert got[..., FEATURES.index("support_episode")].any()
+
+
+def test_retrieval_anchors_are_the_reranked_pool(mem):
+    ret, snap, sim, fused = pool(mem)
+    want = rerank(fused, ret.rerank_features(snap, sim, fused), ret.cfg.rerank, ret.cfg.rrf_k, ret.cfg.anchor_k)
+    got = ret.anchors(snap, sim, [None] * len(QUESTIONS), QUESTIONS)
+    assert torch.equal(got.ids, want.ids)
+    off = dataclasses.replace(ret.cfg, rerank=dataclasses.replace(ret.cfg.rerank, pool=0))
+    plain = type(ret)(ret.embedder, ret.intent, off).anchors(snap, sim, [None] * len(QUESTIONS), QUESTIONS)
+    assert torch.equal(plain.ids, fused.ids[:, :ret.cfg.anchor_k])
+
+
+def test_shipped_weights_are_the_fitted_ones():
+    fitted = json.loads(FITTED.read_text())
+    assert fitted["features"] == list(FEATURES)
+    assert dataclasses.asdict(RerankWeights()) == pytest.approx(fitted["weights"], abs=0)
