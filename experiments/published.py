@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 LOCOMO = RESULTS / "locomo_dev"
 VARIANTS = RESULTS / "locomo_dev_variants"
+RERANK = RESULTS / "rerank"
 BENCH = RESULTS / "bench"
 DOCS = ("README.md", "BENCHMARKS.md")
 BLOCK = re.compile(r"<!-- results:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
@@ -157,6 +158,22 @@ def locomo_variants() -> str:
     return "\n".join(lines) + "\n"
 
 
+def locomo_rerank() -> str:
+    """The anchor re-ranker held out a conversation at a time (experiments/train_rerank.py):
+    RRF's order, the re-ranker, and the re-ranker fitted without the graph-support features."""
+    fitted = {name: _load_json(RERANK / f"{name}.json") for name in ("locomo_dev", "locomo_dev_no_support")}
+    cv = fitted["locomo_dev"]["cross_validation"]
+    rows = [("RRF order (`rerank.pool=0`)", cv["rrf"]), ("re-ranked", cv["rerank"]),
+            ("re-ranked, no graph support (`--drop support_`)", fitted["locomo_dev_no_support"]["cross_validation"]["rerank"])]
+    head = ["anchors", "overall @10 / @2000tok"] + list(CATEGORIES)
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for name, block in rows:
+        cells = [block["overall"]] + [block[c] for c in CATEGORIES]
+        lines.append(f"| {name} | " + " | ".join(_pair(c["recall_all@10"], c["recall_all@2000tok"]) for c in cells)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
 # --- BENCHMARKS.md --------------------------------------------------------------------------------
 
 def locomo_latency() -> str:
@@ -238,6 +255,7 @@ BLOCKS = {
     "locomo_ablations": locomo_ablations,
     "locomo_targets": locomo_targets,
     "locomo_variants": locomo_variants,
+    "locomo_rerank": locomo_rerank,
     "locomo_latency": locomo_latency,
     "bench_100k": partial(bench_run, "cpu_100k.json"),
     "bench_100k_2026-11-30": partial(bench_run, "history/cpu_100k_2026-11-30_0807.json"),

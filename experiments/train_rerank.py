@@ -64,11 +64,12 @@ def pool_features(ret: Retriever, emb: Embedder, snap, sample) -> list[tuple[np.
     return out
 
 
-def fit(parts: list[tuple[np.ndarray, np.ndarray]], c: float) -> dict[str, float]:
+def fit(parts: list[tuple[np.ndarray, np.ndarray]], c: float, drop: tuple[str, ...] = ()) -> dict[str, float]:
+    """Weights per feature; those named by a prefix in ``drop`` are left at 0."""
     x = np.concatenate([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
     mu, sd = x.mean(0), x.std(0)
-    live = sd > 1e-9                          # a constant feature orders nothing
+    live = (sd > 1e-9) & ~np.array([f.startswith(drop) for f in FEATURES])   # a constant feature orders nothing
     clf = LogisticRegression(C=c, max_iter=5000).fit((x[:, live] - mu[live]) / sd[live], y)
     w = np.zeros(len(FEATURES))
     w[live] = clf.coef_[0] / sd[live]
@@ -99,6 +100,8 @@ def main() -> None:
     ap.add_argument("data", help="the LoCoMo dev split (locomo10_dev.json)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
+    ap.add_argument("--drop", nargs="*", default=[], metavar="PREFIX",
+                    help="leave the features starting with these out of the fit (e.g. support_: no graph support)")
     args = ap.parse_args()
     cfg = memory_config("magma")
     rc = settings(cfg).retrieval
@@ -118,16 +121,16 @@ def main() -> None:
     off = Retriever(emb, intent, dataclasses.replace(rc, rerank=dataclasses.replace(rc.rerank, pool=0)))
     held_rows, off_rows, folds = [], [], {}
     for s, snap in memories:
-        w = fit([p for sid, ps in parts.items() if sid != s.sample_id for p in ps], args.C)
+        w = fit([p for sid, ps in parts.items() if sid != s.sample_id for p in ps], args.C, tuple(args.drop))
         rows, base = recall(Retriever(emb, intent, dataclasses.replace(rc, rerank=with_weights(rc.rerank, w))), emb, snap, s, budget), recall(off, emb, snap, s, budget)
         folds[s.sample_id] = {"rerank": summary(rows)["overall"], "rrf": summary(base)["overall"]}
         held_rows += rows
         off_rows += base
-    weights = fit([p for ps in parts.values() for p in ps], args.C)
+    weights = fit([p for ps in parts.values() for p in ps], args.C, tuple(args.drop))
     out = {"command": "python experiments/train_rerank.py " + " ".join(
-               f"{a}" for a in [args.data, "--out", args.out, "--C", args.C]),
+               f"{a}" for a in [args.data, "--out", args.out, "--C", args.C] + (["--drop", *args.drop] if args.drop else [])),
            "data": Path(args.data).name, "memory": "magma", "consolidation": "heuristic",
-           "pool": rc.rerank.pool, "support_from": rc.rerank.support_from, "C": args.C,
+           "pool": rc.rerank.pool, "support_from": rc.rerank.support_from, "C": args.C, "dropped": args.drop,
            "features": list(FEATURES), "weights": weights,
            "cross_validation": {"method": "leave one conversation out; the held-out conversation's questions "
                                           "through the whole query process (beam included)",
@@ -136,6 +139,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out["cross_validation"][k]["overall"] for k in ("rerank", "rrf")}))
+    if args.drop:
+        return
     print("RerankWeights defaults (magma_torch/config/schema.py):")
     for f, v in weights.items():
         print(f"    {f}: float = {v}")

@@ -134,6 +134,12 @@ def test_retrieval_anchors_are_the_reranked_pool(mem):
     want = rerank(fused, ret.rerank_features(snap, sim, fused), ret.cfg.rerank, ret.cfg.rrf_k, ret.cfg.anchor_k)
     got = ret.anchors(snap, sim, [None] * len(QUESTIONS), QUESTIONS)
     assert torch.equal(got.ids, want.ids)
+    # the fused RRF score stays with each anchor (magma-explain shows it); the beam starts from the new rank
+    for b in range(len(QUESTIONS)):
+        fused_of = dict(zip(fused.ids[b].tolist(), fused.scores[b].tolist()))
+        assert got.rrf[b].tolist() == [fused_of[i] for i in got.ids[b].tolist()]
+    r = mem.retrieve(QUESTIONS[0])
+    assert [a.rrf for a in r.anchors] == pytest.approx(got.rrf[0].tolist())
     off = dataclasses.replace(ret.cfg, rerank=dataclasses.replace(ret.cfg.rerank, pool=0))
     plain = type(ret)(ret.embedder, ret.intent, off).anchors(snap, sim, [None] * len(QUESTIONS), QUESTIONS)
     assert torch.equal(plain.ids, fused.ids[:, :ret.cfg.anchor_k])

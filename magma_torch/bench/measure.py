@@ -141,7 +141,7 @@ class QueryPath:
             anchors.append(clock("anchors", lambda: r.anchors(snap, sim, windows[p])))
             results.append(clock("beam", lambda: r.expand(snap, sim, intents[p], anchors[-1])))
         if len(passes) > 1:   # one batch again: query indices of later passes shifted
-            anchors = [Anchors(*(torch.cat(c) for c in zip(*map(_columns, anchors))))]
+            anchors = [Anchors(*(None if c[0] is None else torch.cat(c) for c in zip(*map(_columns, anchors))))]
             cols = [torch.cat(c) for c in zip(*map(_columns, results))]
             cols[0] = torch.cat([res.query + p.start for res, p in zip(results, passes)])
             results = [BeamResult(*cols)]

@@ -17,6 +17,11 @@ class Anchors:
     ids: torch.Tensor      # [B, K] event ids, -1 padded, best first
     scores: torch.Tensor   # [B, K] fused RRF scores (0 where padded)
     ranks: torch.Tensor    # [B, K, S] 1-based rank of each anchor in each signal, 0 = absent
+    rrf: torch.Tensor | None = None   # [B, K] fused RRF scores when re-ranked (scores: 1 / (rrf_k + new rank))
+
+    @property
+    def fused_scores(self) -> torch.Tensor:
+        return self.scores if self.rrf is None else self.rrf
 
 
 def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: int, num_nodes: int) -> Anchors:

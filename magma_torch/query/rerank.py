@@ -46,10 +46,10 @@ def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, sim: Similari
     recip = torch.where(ranks > 0, rrf_k / (rrf_k + ranks), torch.zeros_like(ranks))
     rows = torch.arange(b_size, device=dev)[:, None].expand_as(ids)
     cos = sim.pairs(rows.reshape(-1), safe.reshape(-1)).double().reshape(b_size, p)
-    best = fused.scores[:, :1].clamp(min=1e-12)
+    best = fused.fused_scores[:, :1].clamp(min=1e-12)
     position = torch.log1p(torch.arange(p, device=dev, dtype=torch.float64)).expand(b_size, p)
     support = _support(graph, episode_of, ids, support_from, removed)
-    out = torch.cat([recip, (ranks > 0).double(), (fused.scores / best)[..., None], cos[..., None],
+    out = torch.cat([recip, (ranks > 0).double(), (fused.fused_scores / best)[..., None], cos[..., None],
                      position[..., None], support], dim=2)
     return out * valid[..., None]
 
@@ -57,7 +57,8 @@ def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, sim: Similari
 def rerank(fused: Anchors, features: torch.Tensor, cfg: RerankConfig, rrf_k: int, top: int) -> Anchors:
     """The ``top`` best of ``fused`` by the linear score, best first. Their scores are
     1 / (rrf_k + new rank), so the beam's start scores (Retriever.start_scores) fall off as
-    fused ones do; ``ranks`` keep each signal's rank. Ties keep the fused order."""
+    fused ones do; ``ranks`` and ``rrf`` keep each signal's rank and the fused score. Ties keep
+    the fused order."""
     w = torch.tensor([getattr(cfg.weights, f) for f in FEATURES], dtype=torch.float64, device=features.device)
     score = torch.where(fused.ids >= 0, features @ w, torch.full_like(features[..., 0], -torch.inf))
     order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :top]
@@ -65,7 +66,7 @@ def rerank(fused: Anchors, features: torch.Tensor, cfg: RerankConfig, rrf_k: int
     new_rank = torch.arange(1, ids.shape[1] + 1, device=ids.device, dtype=torch.float64).expand_as(ids)
     scores = torch.where(ids >= 0, 1.0 / (rrf_k + new_rank), torch.zeros_like(new_rank))
     ranks = fused.ranks.gather(1, order[..., None].expand(-1, -1, fused.ranks.shape[2]))
-    return Anchors(ids, scores, ranks)
+    return Anchors(ids, scores, ranks, fused.fused_scores.gather(1, order))
 
 
 def _support(graph: GraphSnapshot, episode_of: torch.Tensor, ids: torch.Tensor, m: int,

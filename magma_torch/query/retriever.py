@@ -1,7 +1,7 @@
 """The query process (paper, Algorithm 1) for a batch of questions.
 
-intent -> time window -> anchors by RRF over vector, keyword and time rankings ->
-batched beam search -> salience order -> linearised context. Reads a store snapshot
+intent -> time window -> anchors by RRF over vector, keyword and time rankings, re-ranked
+(query/rerank.py) -> batched beam search -> salience order -> linearised context. Reads a store snapshot
 and never writes to the store.
 
 ``mode: full_context`` (the full-context baseline) skips ranking: every event is returned in
@@ -313,7 +313,7 @@ class Retriever:
             if a < 0:
                 break
             ranks = {s: int(r) for s, r in zip(SIGNALS, anchors.ranks[b, j].tolist()) if r > 0}
-            out.append(Anchor(a, float(anchors.scores[b, j]), ranks))
+            out.append(Anchor(a, float(anchors.fused_scores[b, j]), ranks))
         return out
 
 
