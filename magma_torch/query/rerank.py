@@ -88,25 +88,33 @@ def _support(graph: GraphSnapshot, episode_of: torch.Tensor, ids: torch.Tensor, 
     c_flat = c_valid.reshape(-1).nonzero().squeeze(1)          # candidate rows into [B * P]
     c_q, c_node = c_flat // p, ids.reshape(-1)[c_flat]
     rels = len(REL_ID)
+    # Candidates as sorted (query, node) keys; the top anchors' one-hop edges are looked up in
+    # them (a few per anchor), not each candidate in the edges.
+    cand_key, cand_order = torch.sort(c_q * n + c_node)
+    flat = out.view(-1, len(RELATIONS))
     # temporal, semantic, causal: distinct (top anchor, neighbour, relation) edges, counted per candidate
     seg, nbr, rel = graph.event_adj.gather(t_node)
     edge = torch.unique(((t_q[seg] * m + t_pos[seg]) * n + nbr) * rels + rel)
     q_of, nbr_of, rel_of = edge // rels // n // m, edge // rels % n, edge % rels
-    hits = torch.sort((q_of * n + nbr_of) * rels + rel_of).values
+    column = torch.full((rels,), -1, dtype=torch.long, device=dev)
     for r in _DIRECT:
-        if r in removed:
-            continue
-        key = (c_q * n + c_node) * rels + REL_ID[r]
-        count = torch.searchsorted(hits, key, right=True) - torch.searchsorted(hits, key)
-        out.view(-1, len(RELATIONS))[c_flat, RELATIONS.index(r)] = count.double() / m
+        if r not in removed:
+            column[REL_ID[r]] = RELATIONS.index(r)
+    col = column[rel_of]
+    if cand_key.numel():
+        key = q_of * n + nbr_of
+        pos = torch.searchsorted(cand_key, key).clamp(max=cand_key.numel() - 1)
+        hit = ((cand_key[pos] == key) & (col >= 0)).nonzero().squeeze(1)
+        flat.index_put_((c_flat[cand_order[pos[hit]]], col[hit]),
+                        torch.full((hit.numel(),), 1.0 / m, dtype=torch.float64, device=dev), accumulate=True)
     if "episode" not in removed:
         ep_top = torch.where(t_valid, episode_of[top.clamp(min=0)], torch.full_like(top, -1))
         ep_c = episode_of[ids.clamp(min=0)]
         same = (ep_c[:, :, None] == ep_top[:, None, :]) & (ids[:, :, None] != top[:, None, :]) & t_valid[:, None, :]
         out[..., RELATIONS.index("episode")] = same.sum(2).double() / m
     if "entity" not in removed:
-        out.view(-1, len(RELATIONS))[c_flat, RELATIONS.index("entity")] = _entity_support(
-            graph, t_q, t_pos, t_node, c_q, c_node, m, c_flat.numel()) / m
+        flat[c_flat, RELATIONS.index("entity")] = _entity_support(graph, t_q, t_pos, t_node, c_q, c_node, m,
+                                                                  c_flat.numel()) / m
     return out
 
 
@@ -120,17 +128,17 @@ def _entity_support(graph: GraphSnapshot, t_q, t_pos, t_node, c_q, c_node, m: in
     if ent_t.numel() == 0 or ent_c.numel() == 0:
         return out
     n_ent = int(torch.maximum(ent_t.max(), ent_c.max())) + 1
-    key_t, order = torch.sort(t_q[s_t] * n_ent + ent_t)
-    top_row = s_t[order]
-    key_c = c_q[s_c] * n_ent + ent_c
-    lo = torch.searchsorted(key_t, key_c)
-    count = torch.searchsorted(key_t, key_c, right=True) - lo
-    pair_c = torch.repeat_interleave(torch.arange(key_c.numel(), device=dev), count)
-    offset = torch.arange(pair_c.numel(), device=dev) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
-    pair_t = top_row[lo[pair_c] + offset]
-    cand = s_c[pair_c]
+    # the top anchors' (query, entity) rows looked up in the candidates' sorted ones
+    key_c, order = torch.sort(c_q[s_c] * n_ent + ent_c)
+    key_t = t_q[s_t] * n_ent + ent_t
+    lo = torch.searchsorted(key_c, key_t)
+    count = torch.searchsorted(key_c, key_t, right=True) - lo
+    pair = torch.repeat_interleave(torch.arange(key_t.numel(), device=dev), count)
+    offset = torch.arange(pair.numel(), device=dev) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
+    row_c = order[lo[pair] + offset]
+    cand, pair_t = s_c[row_c], s_t[pair]
     keep = t_node[pair_t] != c_node[cand]
-    cand, pair_t, ent = cand[keep], pair_t[keep], ent_c[pair_c[keep]]
+    cand, pair_t, ent = cand[keep], pair_t[keep], ent_c[row_c[keep]]
     if cand.numel() == 0:
         return out
     spec = entity_specificity(graph, ent, n)
