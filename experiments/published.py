@@ -259,6 +259,7 @@ BLOCKS = {
     "locomo_latency": locomo_latency,
     "bench_100k": partial(bench_run, "cpu_100k.json"),
     "bench_100k_2026-11-30": partial(bench_run, "history/cpu_100k_2026-11-30_0807.json"),
+    "bench_100k_2026-12-01_2128": partial(bench_run, "history/cpu_100k_2026-12-01_2128.json"),
     "bench_history": bench_history,
     "bench_sweep": bench_sweep,
     "longmemeval_stream": partial(longmemeval_stream, "longmemeval_stream.json"),
