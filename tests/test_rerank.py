@@ -149,3 +149,18 @@ def test_shipped_weights_are_the_fitted_ones():
     fitted = json.loads(FITTED.read_text())
     assert fitted["features"] == list(FEATURES)
     assert dataclasses.asdict(RerankWeights()) == pytest.approx(fitted["weights"], abs=0)
+
+
+@pytest.mark.parametrize("memory, removed, pool", [("magma", set(), 300), ("magma_no_entity", {"entity"}, 300),
+                                                   ("magma_no_episode", {"episode"}, 300),
+                                                   ("magma_no_temporal", {"temporal"}, 300),
+                                                   ("magma_no_causal", {"causal"}, 300),
+                                                   ("hybrid_rag", set(), 0), ("magma_paper", {"episode"}, 0)])
+def test_ablations_remove_their_graph_from_the_support_and_baselines_keep_rrf(memory, removed, pool):
+    from magma_torch.config.resolve import memory_config, settings
+    from magma_torch.query.beam import relation_weights
+    from magma_torch.query.intent import INTENTS
+
+    rc = settings(memory_config(memory)).retrieval
+    assert removed_relations(relation_weights(rc.intent_rows(INTENTS), INTENTS)) == removed
+    assert rc.rerank.pool == pool
