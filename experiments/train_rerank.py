@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -32,26 +33,24 @@ from sklearn.linear_model import LogisticRegression
 
 from magma_torch.config.resolve import memory_config, settings
 from magma_torch.eval.datasets import load_dataset
-from magma_torch.eval.runner import RECALL_EXCLUDED, records
-from magma_torch.eval.metrics import recall_all_at_k, recall_all_at_tokens
+from magma_torch.eval.runner import question_row, recall_excluded, records
 from magma_torch.memory import MagmaMemory
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.rerank import FEATURES, with_weights
-from magma_torch.query.retriever import Retriever, _utc
+from magma_torch.query.retriever import Retriever, epoch_window
 from magma_torch.text.embedder import Embedder
 from magma_torch.text.temporal import question_time_window
 
 
 def scored_questions(sample):
-    return [q for q in sample.questions if q.evidence and not q.abstention and q.category not in RECALL_EXCLUDED]
+    return [q for q in sample.questions if q.evidence and not recall_excluded(q)]
 
 
 def pool_features(ret: Retriever, emb: Embedder, snap, sample) -> list[tuple[np.ndarray, np.ndarray]]:
     """(features [P, F], labels [P]) per scored question of ``sample``."""
     qs = scored_questions(sample)
     texts = [q.question for q in qs]
-    windows = [question_time_window(t, q.query_time) for t, q in zip(texts, qs)]
-    epochs = [None if w is None else tuple(_utc(t) for t in w) for w in windows]
+    epochs = [epoch_window(question_time_window(t, q.query_time)) for t, q in zip(texts, qs)]
     sim = ret.similarity(snap, emb.encode(texts).to(snap.embeddings.device))
     fused = ret.fused(snap, sim, epochs, texts)
     feats = ret.rerank_features(snap, sim, fused).numpy()
@@ -76,14 +75,14 @@ def fit(parts: list[tuple[np.ndarray, np.ndarray]], c: float, drop: tuple[str, .
     return {f: round(float(v), 6) for f, v in zip(FEATURES, w)}
 
 
-def recall(ret: Retriever, emb: Embedder, snap, sample, budget: int) -> list[dict]:
+def recall(ret: Retriever, snap, sample, budget: int) -> list[dict]:
+    """The category, recall_all@10 and recall_all@<budget>tok of each scored question, as magma-run scores them."""
     qs = scored_questions(sample)
     rs = ret.retrieve_batch(snap, [q.question for q in qs], [q.query_time for q in qs])
-    return [{"category": q.category,
-             "recall_all@10": recall_all_at_k(r.source_ids, q.evidence, 10),
-             f"recall_all@{budget}tok": recall_all_at_tokens([n.source_ids for n in r.nodes],
-                                                             [n.tokens for n in r.nodes], q.evidence, budget)}
-            for q, r in zip(qs, rs)]
+    task = SimpleNamespace(recall_k=[10], recall_any_k=[], recall_tokens=[budget])
+    rows = [question_row(sample, q, r, task) for q, r in zip(qs, rs)]
+    return [{"category": row["category"]} | {k: v for k, v in row.items() if k.startswith("recall_all@")}
+            for row in rows]
 
 
 def summary(rows: list[dict]) -> dict:
@@ -122,7 +121,8 @@ def main() -> None:
     held_rows, off_rows, folds = [], [], {}
     for s, snap in memories:
         w = fit([p for sid, ps in parts.items() if sid != s.sample_id for p in ps], args.C, tuple(args.drop))
-        rows, base = recall(Retriever(emb, intent, dataclasses.replace(rc, rerank=with_weights(rc.rerank, w))), emb, snap, s, budget), recall(off, emb, snap, s, budget)
+        fold = Retriever(emb, intent, dataclasses.replace(rc, rerank=with_weights(rc.rerank, w)))
+        rows, base = recall(fold, snap, s, budget), recall(off, snap, s, budget)
         folds[s.sample_id] = {"rerank": summary(rows)["overall"], "rrf": summary(base)["overall"]}
         held_rows += rows
         off_rows += base

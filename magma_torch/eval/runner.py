@@ -52,6 +52,11 @@ def records(sample: Sample) -> list[dict]:
              "session_id": t.session_id, "stream": sample.sample_id} for t in sample.turns]
 
 
+def recall_excluded(q) -> bool:
+    """Questions that have no evidence recall: abstentions and the excluded categories."""
+    return bool(q.abstention) or q.category in RECALL_EXCLUDED
+
+
 def question_row(sample: Sample, q, r, task) -> dict:
     """One predictions.jsonl line; evidence is used here, after retrieval, only to score it."""
     retrieved = r.source_ids
@@ -61,7 +66,7 @@ def question_row(sample: Sample, q, r, task) -> dict:
            "context_sources": [s for n in r.nodes if n.id in set(r.context_ids) for s in n.source_ids],
            "context_tokens": r.context_tokens, "intent": r.intent, "retrieval_ms": r.retrieval_ms,
            "truncated": r.truncated, "abstention": q.abstention}
-    if q.abstention or q.category in RECALL_EXCLUDED:
+    if recall_excluded(q):
         return row
     if q.evidence:
         srcs, toks = [n.source_ids for n in r.nodes], [n.tokens for n in r.nodes]

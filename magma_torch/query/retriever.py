@@ -22,8 +22,8 @@ from magma_torch.query.anchors import (Anchors, context_candidates, context_scor
                                        keep_inside, rrf_fuse, speaker_ranking, speakers_named, time_ranking)
 from magma_torch.query.beam import BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
-from magma_torch.query.rerank import feature_matrix, removed_relations, rerank
 from magma_torch.query.linearize import cut_block, format_time, linearize, render_blocks
+from magma_torch.query.rerank import feature_matrix, removed_relations, rerank
 from magma_torch.query.segment import top_ids
 from magma_torch.query.supersession import notes, prefer_current
 from magma_torch.query.similarity import Similarity
@@ -107,7 +107,7 @@ class Retriever:
             # an empty memory has nothing to rank; full_context over it is the empty result
             out = self._full_context(snap, questions, intents, windows, budget)
         else:
-            epochs = [None if w_ is None else tuple(_utc(t) for t in w_) for w_ in windows]
+            epochs = [epoch_window(w_) for w_ in windows]
             out = []
             for p in self.passes(snap, len(questions)):
                 sim = self.similarity(snap, q[p])
@@ -221,7 +221,7 @@ class Retriever:
             ranked = {s: keep_inside(r, inside_windows(r, windows, snap.timestamps, snap.date_spans))
                       for s, r in ranked.items()}
         weights = [getattr(cfg.signal_weights, s) if on[s] else 0.0 for s in SIGNALS]
-        top = max(cfg.anchor_k, cfg.rerank.pool) if cfg.rerank.pool else cfg.anchor_k
+        top = max(cfg.anchor_k, cfg.rerank.pool)    # pool 0: no re-ranking, anchor_k
         return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, top, max(n, 1))
 
     def start_scores(self, sim: Similarity, anchors: Anchors) -> torch.Tensor:
@@ -347,6 +347,11 @@ def _relation_name(rel: int, via: int, snap: StoreSnapshot) -> str:
     if name == "episode":
         return f"episode:{format_time(snap.rows[int(snap.episode_first[via])].timestamp)}"
     return f"{name}:{snap.entity_names[via]}"
+
+
+def epoch_window(window: tuple[datetime, datetime] | None) -> tuple[float, float] | None:
+    """A question's time window in epoch seconds, as ``anchors`` and ``fused`` take it."""
+    return None if window is None else (_utc(window[0]), _utc(window[1]))
 
 
 def _utc(t: datetime) -> float:
