@@ -20,7 +20,7 @@ from magma_torch.eval.metrics import retrieval_ms
 
 CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain")
 ORDER = ("magma", "magma_paper", "magma_no_context", "hybrid_rag", "vector_rag", "bm25", "magma_no_traversal",
-         "magma_no_episode", "magma_no_entity", "magma_no_causal", "magma_no_policy", "magma_no_temporal")
+         "magma_no_beam", "magma_no_episode", "magma_no_entity", "magma_no_causal", "magma_no_policy", "magma_no_temporal")
 
 
 def cell(block: dict) -> str:

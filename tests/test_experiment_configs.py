@@ -1,4 +1,5 @@
 """Every experiment grid composes point by point through the schema, and the ablations are what they claim."""
+import dataclasses
 import itertools
 
 import pytest
@@ -60,7 +61,7 @@ def test_table_grids_cover_the_paper_rows():
         t4 = {p[1] for p in sweep_points("table4")}
     assert {"memory=magma", "memory=magma_paper", "memory=hybrid_rag", "memory=vector_rag", "memory=bm25",
             "memory=full_context"} <= t1
-    assert t4 == {f"memory={m}" for m in ("magma", "magma_no_traversal", "magma_no_episode", "magma_no_entity",
+    assert t4 == {f"memory={m}" for m in ("magma", "magma_no_traversal", "magma_no_beam", "magma_no_episode", "magma_no_entity",
                                           "magma_no_causal", "magma_no_policy", "magma_no_temporal",
                                           "magma_no_context")}
 
@@ -86,11 +87,20 @@ def test_ablation_removes_one_relation_for_every_intent(removed):
     assert cfg.signal_weights.time == full_cfg.signal_weights.time > 0
 
 
-def test_no_traversal_is_depth_zero_and_magma_paper_keeps_to_table_5():
-    _, cfg = relation_matrix("magma_no_traversal")
-    _, full = relation_matrix("magma")
+def test_no_traversal_reads_no_relation_and_no_beam_only_stops_the_beam():
+    weights, cfg = relation_matrix("magma_no_traversal")
+    full_weights, full = relation_matrix("magma")
     assert cfg.beam.max_depth == 0 and full.beam.max_depth > 0
-    assert cfg.active_signals == full.active_signals
+    # every relation removed for every intent (so no re-ranker support), and no temporal-context ranking
+    assert (weights == 0).all() and (full_weights > 0).any()
+    assert set(full.active_signals) - set(cfg.active_signals) == {"vector_context", "keyword_context"}
+    beam_weights, beam = relation_matrix("magma_no_beam")
+    assert beam.beam.max_depth == 0 and (beam_weights == full_weights).all()
+    assert beam.active_signals == full.active_signals
+    assert dataclasses.replace(beam, beam=full.beam) == full
+
+
+def test_magma_paper_keeps_to_table_5():
     _, paper = relation_matrix("magma_paper")
     b = paper.beam
     assert paper.active_signals == ("vector", "keyword", "time") and paper.time_filter

@@ -155,6 +155,8 @@ def test_shipped_weights_are_the_fitted_ones():
                                                    ("magma_no_episode", {"episode"}, 300),
                                                    ("magma_no_temporal", {"temporal"}, 300),
                                                    ("magma_no_causal", {"causal"}, 300),
+                                                   ("magma_no_traversal", set(RELATIONS), 300),
+                                                   ("magma_no_beam", set(), 300),
                                                    ("hybrid_rag", set(), 0), ("magma_paper", {"episode"}, 0)])
 def test_ablations_remove_their_graph_from_the_support_and_baselines_keep_rrf(memory, removed, pool):
     from magma_torch.config.resolve import memory_config, settings
