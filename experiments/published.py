@@ -30,6 +30,7 @@ RESULTS = ROOT / "experiments" / "results"
 LOCOMO = RESULTS / "locomo_dev"
 VARIANTS = RESULTS / "locomo_dev_variants"
 RERANK = RESULTS / "rerank"
+LONGMEMEVAL_FIXTURES = RESULTS / "longmemeval_fixtures"
 BENCH = RESULTS / "bench"
 DOCS = ("README.md", "BENCHMARKS.md")
 BLOCK = re.compile(r"<!-- results:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
@@ -179,6 +180,20 @@ def locomo_rerank() -> str:
     return "\n".join(lines) + "\n"
 
 
+def longmemeval_episodes() -> str:
+    """Session- and turn-level recall on the LongMemEval-schema fixtures, with and without episodes."""
+    runs = {p.parent.name: _load_json(p) for p in sorted(LONGMEMEVAL_FIXTURES.glob("*/metrics.json"))}
+    keys = ("session_recall_all@2", "session_recall_all@3", "session_recall_all@5", "recall_all@2", "recall_all@5",
+            "recall_all@10")
+    lines = ["| fixture | memory | questions | " + " | ".join(f"`{k}`" for k in keys) + " |",
+             "|" + " --- |" * (len(keys) + 3)]
+    for name, m in runs.items():
+        fixture, memory = name.split("__")
+        lines.append(f"| `tests/data/longmemeval_{fixture}.json` | {memory} | {m['overall']['n_recall']} | "
+                     + " | ".join(f"{m['overall'][k]:.3f}" for k in keys) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # --- BENCHMARKS.md --------------------------------------------------------------------------------
 
 def locomo_latency() -> str:
@@ -262,6 +277,7 @@ BLOCKS = {
     "locomo_variants": locomo_variants,
     "locomo_rerank": locomo_rerank,
     "locomo_latency": locomo_latency,
+    "longmemeval_episodes": longmemeval_episodes,
     "bench_100k": partial(bench_run, "cpu_100k.json"),
     "bench_100k_2026-11-30": partial(bench_run, "history/cpu_100k_2026-11-30_0807.json"),
     "bench_100k_2026-12-01_2128": partial(bench_run, "history/cpu_100k_2026-12-01_2128.json"),
