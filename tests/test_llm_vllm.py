@@ -41,7 +41,8 @@ def engine_run(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("vllm") / "driver.json"
     cmd = [str(PYTHON), str(ROOT / "tests" / "vllm_driver.py"), "--model", str(MODEL), "--out", str(out),
            "--events", "8", "--batch-size", "4"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=ENV, cwd=ROOT)
+    # a hang guard: about 500 s alone on 2 cores, 720 s beside the other tests under make test's xdist
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=ENV, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
 
