@@ -61,9 +61,9 @@ def test_table_grids_cover_the_paper_rows():
         t4 = {p[1] for p in sweep_points("table4")}
     assert {"memory=magma", "memory=magma_paper", "memory=hybrid_rag", "memory=vector_rag", "memory=bm25",
             "memory=full_context"} <= t1
-    assert t4 == {f"memory={m}" for m in ("magma", "magma_no_traversal", "magma_no_beam", "magma_no_episode", "magma_no_entity",
-                                          "magma_no_causal", "magma_no_policy", "magma_no_temporal",
-                                          "magma_no_context")}
+    assert t4 == {f"memory={m}" for m in ("magma", "magma_no_traversal", "magma_no_beam", "magma_no_episode",
+                                          "magma_no_entity", "magma_no_causal", "magma_no_policy",
+                                          "magma_no_temporal", "magma_no_context")}
 
 
 def relation_matrix(name: str):
