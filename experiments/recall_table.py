@@ -14,13 +14,12 @@ import argparse
 import shutil
 from pathlib import Path
 
-from report import load_runs  # experiments/report.py: the same run discovery and de-duplication
+from report import ABLATIONS, load_runs  # experiments/report.py: the same run discovery and de-duplication
 
 from magma_torch.eval.metrics import retrieval_ms
 
 CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain")
-ORDER = ("magma", "magma_paper", "magma_no_context", "hybrid_rag", "vector_rag", "bm25", "magma_no_traversal",
-         "magma_no_beam", "magma_no_episode", "magma_no_entity", "magma_no_causal", "magma_no_policy", "magma_no_temporal")
+ORDER = ("magma", "magma_paper", "magma_no_context", "hybrid_rag", "vector_rag", "bm25") + ABLATIONS
 
 
 def cell(block: dict) -> str:
