@@ -417,6 +417,7 @@ def test_check_reports_derived_columns_that_drifted_from_the_embeddings(embedder
             mem.check()
 
 
+@pytest.mark.slow
 def test_kill9_while_ingesting_loses_no_acknowledged_event(embedder, tmp_path):
     """KILLS children (forked from one warm process) add, forget and update events until kill -9
     at a random moment; each next child and finally this process reopen the store and find every

@@ -404,6 +404,7 @@ def test_normalise_name():
 
 # ---------------------------------------------------------------- real model (skips without llama.cpp)
 
+@pytest.mark.slow
 @with_package("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "pydantic_settings", "starlette_context",
               extra="llamacpp")
 def test_real_smollm2_over_demo_turns_produces_valid_edges(emb):

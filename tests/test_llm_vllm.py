@@ -30,7 +30,7 @@ MODEL = VENV / "models" / "smollm2-135m-instruct"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 LINE = re.compile(r"^\[(n\d+)\] (\S+ \S+) \| ([^:]*): (.*)$", re.M)
 
-pytestmark = with_file(VENV / ".installed", "make vllm-env")
+pytestmark = [with_file(VENV / ".installed", "make vllm-env"), pytest.mark.slow]
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "year": {"type": "integer"}},
           "required": ["city", "year"], "additionalProperties": False}
