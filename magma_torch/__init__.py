@@ -16,7 +16,7 @@ _LAZY = {
     "StoreMismatchError": "store.durable", "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable",
     "LLMUnavailable": "llm.base", "OutputError": "llm.schema", "ModelError": "llm.models",
     "ExplainError": "explain.cli", "ScreenshotError": "explain.screenshot",
-    "DatasetError": "eval.datasets.base", "ConfigError": "eval.runner", "CompareError": "eval.compare",
+    "DatasetError": "eval.datasets.base", "ConfigError": "config.resolve", "CompareError": "eval.compare",
     "RunFolderError": "eval.run_folder", "AggregateError": "eval.aggregate", "OverrideError": "eval.overrides",
     "TrackerError": "eval.tracking",
 }

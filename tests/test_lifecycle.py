@@ -276,7 +276,7 @@ def test_namespaces_lists_the_tenants(emb, tmp_path):
 @pytest.mark.parametrize("limit", ["-1", "0"])
 def test_a_bad_dataset_limit_is_refused_before_any_work(tmp_path, limit):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "dataset=demo", f"dataset.limit={limit}",
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "dataset=demo", f"dataset.limit={limit}",
                            f"out_dir={out}", "progress=false"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]

@@ -98,7 +98,7 @@ def test_top_level_must_be_a_list(tmp_path):
 
 def test_malformed_file_fails_in_one_line_without_a_finished_folder(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "dataset=longmemeval_oracle",
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "dataset=longmemeval_oracle",
                            f"dataset.path={MALFORMED}", f"out_dir={out}", "progress=false"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

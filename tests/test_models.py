@@ -91,7 +91,7 @@ def test_a_run_with_a_damaged_model_stops_in_one_line_before_writing(tmp_path):
     model = tmp_path / models.MODELS["qwen2.5-coder-1.5b"].file
     model.write_bytes(models.GGUF_MAGIC + b"cut")
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "task=qa", "dataset=demo",
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "task=qa", "dataset=demo",
                            "llm=qwen2.5-coder-1.5b", f"llm.model_path={model}", f"out_dir={out}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -41,7 +41,7 @@ def test_good_overrides_pass(argv):
 
 def test_magma_run_rejects_a_typo_before_any_work(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "memory.retrieval.beam.gama=0.1",
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "memory.retrieval.beam.gama=0.1",
                            f"out_dir={out}"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]           # one line

@@ -190,7 +190,7 @@ def test_qa_metrics_aggregate_rows(qa_run):
 
 def test_qa_without_llm_fails_fast_in_one_line(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "task=qa", "dataset=demo",
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "task=qa", "dataset=demo",
                            f"out_dir={out}"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]

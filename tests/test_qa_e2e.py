@@ -35,7 +35,7 @@ def test_qa_with_llm_consolidation_through_llamacpp(tmp_path):
     data = tmp_path / "demo_two_sessions.json"
     n_turns, n_questions = first_sessions(data, SESSIONS)
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "magma_torch.eval.runner", "task=qa", "dataset=locomo", f"dataset.path={data}",
+    cmd = [sys.executable, "-m", "magma_torch.eval.cli", "task=qa", "dataset=locomo", f"dataset.path={data}",
            "memory=magma", "consolidation=llm", "llm=llamacpp", "judge=llamacpp",
            "memory.retrieval.budget_tokens=600", "llm.max_retries=1", "judge.max_retries=1", "progress=false",
            # 4 neighbours per consolidation prompt (of 12): about 200 prompt tokens instead of 880

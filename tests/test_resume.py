@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from magma_torch.eval.run_folder import RunFolder, RunFolderError
 
-RUN = [sys.executable, "-m", "magma_torch.eval.runner", "dataset=demo", "memory=magma", "progress=false"]
+RUN = [sys.executable, "-m", "magma_torch.eval.cli", "dataset=demo", "memory=magma", "progress=false"]
 TIMING = {"retrieval_ms_per_question_batch_mean", "retrieval_ms_p50", "retrieval_ms_p95", "fast_path_s", "consolidation_s"}
 
 

@@ -9,7 +9,7 @@ import pytest
 from magma_torch.store.graph import RELATIONS
 from magma_torch.testing import assert_no_run
 
-RUN = [sys.executable, "-m", "magma_torch.eval.runner"]
+RUN = [sys.executable, "-m", "magma_torch.eval.cli"]
 OVERALL_KEYS = {"recall_all@5", "recall_all@10", "recall_any@10", "recall_all@1000tok", "recall_all@2000tok",
                 "context_tokens_mean", "retrieval_ms_per_question_batch_mean", "retrieval_ms_p50",
                 "retrieval_ms_p95", "f1", "bleu1", "judge"}
@@ -108,7 +108,7 @@ def test_a_key_the_schema_lacks_or_a_wrong_type_fails_in_one_line_before_any_wor
 
 
 def test_help_lists_only_magma_runs_own_groups():
-    from magma_torch.eval.runner import RUN_GROUPS
+    from magma_torch.eval.cli import RUN_GROUPS
 
     proc = subprocess.run(RUN + ["--help"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -39,7 +39,7 @@ def test_bad_shard_names_the_setting(bad):
 
 def test_bad_shard_stops_magma_run_before_any_work(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.runner", "dataset=demo", "dataset.shard=3/3",
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "dataset=demo", "dataset.shard=3/3",
                            f"out_dir={out}"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("magma-run: error: dataset.shard='3/3'")

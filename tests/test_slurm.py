@@ -15,7 +15,7 @@ from magma_torch.testing import unavailable, with_package
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM = ROOT / "slurm"
-RUN = [sys.executable, "-m", "magma_torch.eval.runner"]
+RUN = [sys.executable, "-m", "magma_torch.eval.cli"]
 RECALL = ("recall_all@5", "recall_all@10", "recall_any@10", "recall_all@1000tok", "recall_all@2000tok")
 # magma-run / magma-aggregate of this interpreter's environment for the batch scripts, and 1 GB
 # per job instead of the templates' --mem (the local cluster books memory but does not enforce

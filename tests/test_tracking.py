@@ -15,7 +15,7 @@ from magma_torch.testing import with_package
 pytestmark = with_package("wandb", extra="wandb")
 
 FIXTURE = Path(__file__).parent / "data" / "longmemeval_fixture.json"
-RUN = [sys.executable, "-m", "magma_torch.eval.runner", "dataset=longmemeval_s", f"dataset.path={FIXTURE}",
+RUN = [sys.executable, "-m", "magma_torch.eval.cli", "dataset=longmemeval_s", f"dataset.path={FIXTURE}",
        "progress=true", "logger=wandb"]
 
 

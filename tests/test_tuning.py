@@ -14,7 +14,7 @@ from magma_torch.testing import with_package
 
 pytestmark = with_package("optuna", "hydra_plugins.hydra_optuna_sweeper", extra="tune")
 
-RUN = [sys.executable, "-m", "magma_torch.eval.runner"]
+RUN = [sys.executable, "-m", "magma_torch.eval.cli"]
 TUNE = ["+experiment=tune_traversal", "dataset=demo", "dataset.limit=1"]
 
 

@@ -15,19 +15,16 @@ from collections import defaultdict
 from collections.abc import Iterable, Sized
 from pathlib import Path
 
-import hydra
-from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from magma_torch.config import group_options
-from magma_torch.config.resolve import ConfigError, consolidation_config, memory_config
+from magma_torch.config.resolve import ConfigError
 from magma_torch.errors import MagmaError
 from magma_torch.eval import progress
-from magma_torch.eval.datasets import Sample, check_limit, dataset_categories, load_dataset, select_samples
+from magma_torch.eval.cli import check_run_config, fail
+from magma_torch.eval.datasets import Sample, dataset_categories, load_dataset, select_samples
 from magma_torch.eval.metrics import (RETRIEVAL_MS, percentile, recall_all_at_k, recall_all_at_tokens,
                                       recall_any_at_k)
-from magma_torch.eval.overrides import OverrideError, check_overrides
 from magma_torch.eval.plots import plot_categories
 from magma_torch.eval.prompts import judge_prompt_version
 from magma_torch.eval.qa import answer_questions, judge_answers, score_answer
@@ -180,22 +177,12 @@ def _consolidation_usage(mem: MagmaMemory) -> dict:
 
 def run(cfg: DictConfig, out_dir: Path) -> dict:
     """Run one experiment and write its folder (resuming what it already holds); returns the metrics dict."""
+    check_run_config(cfg)
     qa = cfg.task.name == "qa"
-    c = cfg.consolidation
     # consolidation=llm with no `llm` of its own (null) consolidates with the LLM of the `llm` group
-    shared = c is not None and "llm" in c.keys() and c.llm is None
-    has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
-    for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
-        if needed and not has_llm:
-            raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
-    if qa and not (isinstance(cfg.task.get("answer_chunk"), int) and cfg.task.answer_chunk >= 1):
-        raise ConfigError(f"task.answer_chunk must be a whole number >= 1, got {cfg.task.get('answer_chunk')!r}")
+    shared = cfg.consolidation is not None and "llm" in cfg.consolidation.keys() and cfg.consolidation.llm is None
     d = cfg.dataset
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
-    check_limit(limit)   # before the dataset is read
-    # Composed against their schema already, but a `+key=value` override adds a key the schema lacks
-    memory_config(cfg.memory)
-    consolidation_config(cfg.consolidation)
     samples = load_dataset(d.name, d.get("path"))
     if sample_ids is not None or shard is not None:
         total = None  # the progress bar's length is known only once the selection has run
@@ -379,9 +366,6 @@ def format_table(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-register_slurm_launcher()   # hydra/launcher=slurm, slurm_local
-
-
 def objective_value(metrics: dict, key: str) -> float | None:
     """The ``overall`` metric a sweeper optimises (config ``objective``); None when no question counts in it."""
     if key not in metrics["overall"]:
@@ -390,10 +374,10 @@ def objective_value(metrics: dict, key: str) -> float | None:
     return metrics["overall"][key]
 
 
-@hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)
-def hydra_main(cfg: DictConfig) -> float | None:
-    """One run; returns its objective (``cfg.objective`` of metrics.json's ``overall`` block),
-    the value a Hydra sweeper such as Optuna's optimises."""
+def run_and_report(cfg: DictConfig) -> float | None:
+    """magma-run's run (eval/cli.py): the run, its table and folder printed, and its objective
+    (``cfg.objective`` of metrics.json's ``overall`` block) returned; a stop by signal or a
+    MagmaError ends the process in one line."""
     out = Path(cfg.out_dir)
     # Raised in the main thread: the run unwinds, closing its memory and files; what finished is on disk.
     _Stop.requested = False
@@ -408,52 +392,9 @@ def hydra_main(cfg: DictConfig) -> float | None:
               f"rerun with out_dir={out} to resume", file=sys.stderr)
         sys.exit(128 + sig.value)
     except MagmaError as err:
-        # Bad input, a damaged file, an unusable setting: the user's to fix; one readable line, not a traceback.
-        print(f"magma-run: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        fail(err)
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(format_table(metrics))
     print(f"run folder: {out}")
     return value
-
-
-# The config groups magma-run composes (conf/ also holds magma-bench's and the intent trainer's),
-# each with what it chooses; `magma-run --help` lists these (conf/config.yaml, hydra.help).
-RUN_GROUPS = {"task": "what is measured", "dataset": "the conversations and questions",
-              "memory": "the memory and its retrieval, baselines and ablations included",
-              "consolidation": "the slow path that adds causal and entity links",
-              "llm": "the reader for task=qa, and the LLM of consolidation=llm", "judge": "the LLM judge of task=qa",
-              "logger": "experiment tracking", "+experiment": "grids and studies (multirun)",
-              "hydra/launcher": "where sweep jobs run; Hydra's default, basic, runs them in this process"}
-
-
-def groups_help() -> str:
-    return "\n".join(f"{g}: {', '.join(group_options(g.lstrip('+')))}\n    {what}" for g, what in RUN_GROUPS.items())
-
-
-OmegaConf.register_new_resolver("magma_run_groups", groups_help, replace=True)
-
-
-def with_run_dir(argv: list[str]) -> list[str]:
-    """``argv`` plus ``hydra.run.dir=PATH`` when it sets ``out_dir=PATH`` and no run dir: Hydra's
-    own files (.hydra/, the log) then go into the run folder, not a second dated folder."""
-    given = dict(a.lstrip("+").split("=", 1) for a in argv if "=" in a and not a.startswith("-"))
-    if "out_dir" in given and "hydra.run.dir" not in given:
-        return [*argv, f"hydra.run.dir={given['out_dir']}"]
-    return argv
-
-
-def main() -> None:
-    """Console entry: validate the command-line overrides before Hydra starts any work."""
-    try:
-        check_overrides(sys.argv[1:])
-    except OverrideError as err:
-        print(f"magma-run: error: {err}", file=sys.stderr)
-        sys.exit(2)
-    sys.argv[1:] = with_run_dir(sys.argv[1:])
-    hydra_main()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,96 @@
+"""magma-run's console entry: the command line, then the composed config, are checked before
+the run's own imports (torch, PyG, the text stack: several seconds), so a bad setting fails in
+one line at once; eval/runner.py then runs the experiment."""
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import hydra
+from hydra_plugins.magma_torch_slurm import register as register_slurm_launcher
+from omegaconf import DictConfig, OmegaConf
+
+from magma_torch.config import group_options
+from magma_torch.config.resolve import ConfigError, consolidation_config, memory_config
+from magma_torch.errors import MagmaError
+from magma_torch.eval.datasets import check_limit
+from magma_torch.eval.overrides import OverrideError, check_overrides
+
+# The config groups magma-run composes (conf/ also holds magma-bench's and the intent trainer's),
+# each with what it chooses; `magma-run --help` lists these (conf/config.yaml, hydra.help).
+RUN_GROUPS = {"task": "what is measured", "dataset": "the conversations and questions",
+              "memory": "the memory and its retrieval, baselines and ablations included",
+              "consolidation": "the slow path that adds causal and entity links",
+              "llm": "the reader for task=qa, and the LLM of consolidation=llm", "judge": "the LLM judge of task=qa",
+              "logger": "experiment tracking", "+experiment": "grids and studies (multirun)",
+              "hydra/launcher": "where sweep jobs run; Hydra's default, basic, runs them in this process"}
+
+
+def groups_help() -> str:
+    return "\n".join(f"{g}: {', '.join(group_options(g.lstrip('+')))}\n    {what}" for g, what in RUN_GROUPS.items())
+
+
+OmegaConf.register_new_resolver("magma_run_groups", groups_help, replace=True)
+register_slurm_launcher()   # hydra/launcher=slurm, slurm_local
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """What a run's config must hold beyond its schema, checked before any work (ConfigError,
+    DatasetError): an llm where the task or the consolidation needs one, a usable answer chunk
+    and dataset limit, and no key a ``+key=value`` override added outside the schema."""
+    qa = cfg.task.name == "qa"
+    c = cfg.consolidation
+    # consolidation=llm with no `llm` of its own (null) consolidates with the LLM of the `llm` group
+    shared = c is not None and "llm" in c.keys() and c.llm is None
+    has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
+    for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
+        if needed and not has_llm:
+            raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
+    if qa and not (isinstance(cfg.task.get("answer_chunk"), int) and cfg.task.answer_chunk >= 1):
+        raise ConfigError(f"task.answer_chunk must be a whole number >= 1, got {cfg.task.get('answer_chunk')!r}")
+    check_limit(cfg.dataset.get("limit"))   # before the dataset is read
+    # Composed against their schema already, but a `+key=value` override adds a key the schema lacks
+    memory_config(cfg.memory)
+    consolidation_config(cfg.consolidation)
+
+
+def fail(err: MagmaError) -> NoReturn:
+    """Bad input, a damaged file, an unusable setting: the user's to fix; one readable line, not a traceback."""
+    print(f"magma-run: error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+@hydra.main(config_path="pkg://magma_torch.conf", config_name="config", version_base=None)
+def hydra_main(cfg: DictConfig) -> float | None:
+    """One run; returns its objective (``cfg.objective`` of metrics.json's ``overall`` block),
+    the value a Hydra sweeper such as Optuna's optimises."""
+    try:
+        check_run_config(cfg)
+    except MagmaError as err:
+        fail(err)
+    from magma_torch.eval.runner import run_and_report   # the heavy imports, once the config holds
+
+    return run_and_report(cfg)
+
+
+def with_run_dir(argv: list[str]) -> list[str]:
+    """``argv`` plus ``hydra.run.dir=PATH`` when it sets ``out_dir=PATH`` and no run dir: Hydra's
+    own files (.hydra/, the log) then go into the run folder, not a second dated folder."""
+    given = dict(a.lstrip("+").split("=", 1) for a in argv if "=" in a and not a.startswith("-"))
+    if "out_dir" in given and "hydra.run.dir" not in given:
+        return [*argv, f"hydra.run.dir={given['out_dir']}"]
+    return argv
+
+
+def main() -> None:
+    """Console entry: validate the command-line overrides before Hydra starts any work."""
+    try:
+        check_overrides(sys.argv[1:])
+    except OverrideError as err:
+        fail(err)
+    sys.argv[1:] = with_run_dir(sys.argv[1:])
+    hydra_main()
+
+
+if __name__ == "__main__":
+    main()
