@@ -90,8 +90,9 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(items):
     """Files holding a ``slow`` test first, each file's tests kept together and in order: under
-    ``make test`` (pytest-xdist, ``--dist loadfile``) the workers start on the long files, so
-    none is left running alone at the end while the other worker idles."""
+    ``make test`` (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``, which hands files out
+    in this order) the workers start on the long files, so none is left running alone at the end
+    while the other worker idles."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)    # stable: collection order otherwise
 
