@@ -34,16 +34,19 @@ OmegaConf.register_new_resolver("magma_run_groups", groups_help, replace=True)
 register_slurm_launcher()   # hydra/launcher=slurm, slurm_local
 
 
+def consolidates_with_reader(cfg: DictConfig) -> bool:
+    """consolidation=llm with no `llm` of its own (null): it consolidates with the `llm` group's LLM."""
+    c = cfg.consolidation
+    return c is not None and "llm" in c.keys() and c.llm is None
+
+
 def check_run_config(cfg: DictConfig) -> None:
     """What a run's config must hold beyond its schema, checked before any work (ConfigError,
     DatasetError): an llm where the task or the consolidation needs one, a usable answer chunk
     and dataset limit, and no key a ``+key=value`` override added outside the schema."""
     qa = cfg.task.name == "qa"
-    c = cfg.consolidation
-    # consolidation=llm with no `llm` of its own (null) consolidates with the LLM of the `llm` group
-    shared = c is not None and "llm" in c.keys() and c.llm is None
     has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
-    for needed, what in ((qa, "task=qa"), (shared, "consolidation=llm")):
+    for needed, what in ((qa, "task=qa"), (consolidates_with_reader(cfg), "consolidation=llm")):
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
     if qa and not (isinstance(cfg.task.get("answer_chunk"), int) and cfg.task.answer_chunk >= 1):

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from magma_torch.config.resolve import ConfigError
 from magma_torch.errors import MagmaError
 from magma_torch.eval import progress
-from magma_torch.eval.cli import check_run_config, fail
+from magma_torch.eval.cli import check_run_config, consolidates_with_reader, fail
 from magma_torch.eval.datasets import Sample, dataset_categories, load_dataset, select_samples
 from magma_torch.eval.metrics import (RETRIEVAL_MS, percentile, recall_all_at_k, recall_all_at_tokens,
                                       recall_any_at_k)
@@ -179,8 +179,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     """Run one experiment and write its folder (resuming what it already holds); returns the metrics dict."""
     check_run_config(cfg)
     qa = cfg.task.name == "qa"
-    # consolidation=llm with no `llm` of its own (null) consolidates with the LLM of the `llm` group
-    shared = cfg.consolidation is not None and "llm" in cfg.consolidation.keys() and cfg.consolidation.llm is None
+    shared = consolidates_with_reader(cfg)
     d = cfg.dataset
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
     samples = load_dataset(d.name, d.get("path"))
