@@ -188,13 +188,14 @@ def test_qa_metrics_aggregate_rows(qa_run):
     assert metrics["build"]["llm_calls"] == 0 and metrics["build"]["llm_tokens"] == 0   # heuristic slow path
 
 
-def test_qa_without_llm_fails_fast_in_one_line(tmp_path):
+@pytest.mark.parametrize("needs", ["task=qa", "consolidation=llm"])
+def test_a_run_that_needs_an_llm_fails_fast_in_one_line_without_one(tmp_path, needs):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "task=qa", "dataset=demo",
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", needs, "dataset=demo",
                            f"out_dir={out}"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("magma-run: error: task=qa needs an llm") and "Traceback" not in proc.stderr
+    assert last.startswith(f"magma-run: error: {needs} needs an llm") and "Traceback" not in proc.stderr
     assert_no_run(out)
 
 
