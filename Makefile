@@ -114,14 +114,12 @@ slurm-local:
 # MAGMA_REQUIRE_ALL=1: a test that needs what the targets above provide fails instead of skipping
 # (magma_torch/testing.py); only CUDA and the unshipped LoCoMo data may still skip.
 # pytest-xdist runs the test files on $(NPROC) workers, each file whole on one (--dist loadfile), so a
-# file's shared fixture (the vLLM engine, a llama.cpp server) starts once: 40 min instead of 50 on 2 cores.
-# --no-loadscope-reorder: files go out in collection order, which puts the long ones first
-# (magma_torch/testing.py), not xdist's largest-test-count-first.
+# file's shared fixture (the vLLM engine, a llama.cpp server) starts once (29 min on the 2-core VM: README, "Tests").
 # The set-up runs three ways at once: the extras (the llama.cpp build), vLLM's venv, and the system
 # packages (apt, one target after the other: two apt-gets would contend for dpkg's lock).
 test:
 	$(MAKE) -j3 install vllm-env system
-	MAGMA_REQUIRE_ALL=1 $(BIN)/python -m pytest -q -n $(NPROC) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	MAGMA_REQUIRE_ALL=1 $(BIN)/python -m pytest -q -n $(NPROC) --dist loadfile $(PYTEST_ARGS)
 
 system:
 	$(MAKE) browser

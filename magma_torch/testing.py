@@ -88,15 +88,6 @@ def pytest_configure(config):
                                        "provides is missing under MAGMA_REQUIRE_ALL=1")
 
 
-def pytest_collection_modifyitems(items):
-    """Files holding a ``slow`` test first, each file's tests kept together and in order: under
-    ``make test`` (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``, which hands files out
-    in this order) the workers start on the long files, so none is left running alone at the end
-    while the other worker idles."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)    # stable: collection order otherwise
-
-
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("magma_missing"):
         pytest.fail(mark.args[0], pytrace=False)
