@@ -73,6 +73,8 @@ def test_retrieval_time_is_named_for_what_it_is(run_dir):
 def test_hydra_files_and_the_log_go_into_out_dir(run_dir):
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / ".hydra" / "overrides.yaml").is_file()
     assert [p.name for p in run_dir.glob("*.log")] == ["runner.log"]
+    # conf/config.yaml keeps third-party loggers at WARNING (bm25s sets DEBUG on import)
+    assert "[bm25s][DEBUG]" not in (run_dir / "runner.log").read_text()
 
 
 def test_bad_dataset_path_is_one_line_and_nonzero(tmp_path):

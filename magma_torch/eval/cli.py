@@ -3,6 +3,7 @@ the run's own imports (torch, PyG, the text stack: several seconds), so a bad se
 one line at once; eval/runner.py then runs the experiment."""
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import NoReturn
 
@@ -32,6 +33,9 @@ def groups_help() -> str:
 
 OmegaConf.register_new_resolver("magma_run_groups", groups_help, replace=True)
 register_slurm_launcher()   # hydra/launcher=slurm, slurm_local
+# Imported before Hydra sets up logging (the run's own imports come after it): importing bm25s sets
+# its logger to DEBUG, which would undo the WARNING level conf/config.yaml gives it. About 0.3 s.
+importlib.import_module("bm25s")
 
 
 def consolidates_with_reader(cfg: DictConfig) -> bool:

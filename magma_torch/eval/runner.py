@@ -5,7 +5,6 @@ config.yaml and per-category plots.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import signal
 import sys
@@ -35,9 +34,6 @@ from magma_torch.llm.prompts import ANSWER_PROMPT_VERSION
 from magma_torch.memory import MagmaMemory
 from magma_torch.text.embedder import Embedder, resolve_device
 
-# Imported before Hydra sets up logging: importing bm25s sets its logger to DEBUG, which would
-# undo the WARNING level conf/config.yaml gives it and print index chatter into the run.
-importlib.import_module("bm25s")
 
 log = logging.getLogger("magma_torch.run")
 RECALL_EXCLUDED = {"adversarial"}
