@@ -379,9 +379,9 @@ def test_demo_dataset(caplog):
 
 
 def test_demo_file_matches_locomo_schema():
-    from importlib.resources import files
+    from magma_torch.eval.datasets.demo import DEMO_FILE
 
-    raw = json.loads((files("magma_torch.eval") / "data" / "demo_locomo.json").read_text(encoding="utf-8"))
+    raw = json.loads(DEMO_FILE.read_text(encoding="utf-8"))
     turns = []
     for sample in raw:
         assert set(sample) == {"qa", "conversation", "event_summary", "observation", "session_summary", "sample_id"}

@@ -6,7 +6,6 @@ import itertools
 import json
 import shutil
 import tempfile
-from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import DatasetError, load_locomo
+from magma_torch.eval.datasets.demo import DEMO_FILE
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.testing import abandon
 from magma_torch.text.embedder import Embedder
@@ -29,7 +29,7 @@ DATE_WORDS = ["yesterday", "today", "tomorrow", "last", "next", "this", "week", 
               "2022", "1999", "3000", "31", "29", "February", "days", "years", "from", "now", "before", "after",
               "2 weeks ago", "9999 years", "early", "late", "mid", "of", "-5", "0", "1/2/2023", "\x00", "☕"]
 MAX_YEARS_AWAY = 1000  # how far a resolved date may lie from its reference when the text names no such year
-DEMO = json.loads((files("magma_torch.eval") / "data" / "demo_locomo.json").read_text())
+DEMO = json.loads(DEMO_FILE.read_text())
 
 
 @pytest.fixture(scope="module")

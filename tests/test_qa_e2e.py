@@ -4,10 +4,9 @@ quality: the model is tiny)."""
 import json
 import subprocess
 import sys
-from importlib import resources
-
 import pytest
 
+from magma_torch.eval.datasets.demo import DEMO_FILE
 from magma_torch.store.graph import RELATIONS
 from magma_torch.testing import with_package
 
@@ -19,14 +18,13 @@ SESSIONS = 2
 def first_sessions(path, sessions: int) -> tuple[int, int]:
     """The demo's first conversation cut to its first ``sessions`` sessions, with the questions
     whose evidence lies in them, written to ``path`` in LoCoMo's schema: (turns, questions)."""
-    demo = json.loads(resources.files("magma_torch.eval").joinpath("data/demo_locomo.json").read_text())[0]
-    kept = {f"D{i}" for i in range(1, sessions + 1)}
-    sessions_kept = {f"session_{i}" for i in range(1, sessions + 1)}
+    demo = json.loads(DEMO_FILE.read_text())[0]
+    numbers = [str(i) for i in range(1, sessions + 1)]            # session_N's turns are DN:<turn>
     conv = {k: v for k, v in demo["conversation"].items()
-            if k.startswith("speaker_") or k.removesuffix("_date_time") in sessions_kept}
-    qa = [q for q in demo["qa"] if q.get("evidence") and all(e.split(":")[0] in kept for e in q["evidence"])]
+            if k.startswith("speaker_") or k.removesuffix("_date_time").removeprefix("session_") in numbers}
+    qa = [q for q in demo["qa"] if q.get("evidence") and all(e.split(":")[0][1:] in numbers for e in q["evidence"])]
     path.write_text(json.dumps([{"sample_id": demo["sample_id"], "conversation": conv, "qa": qa}]))
-    return sum(len(conv[f"session_{i}"]) for i in range(1, sessions + 1)), len(qa)
+    return sum(len(conv[f"session_{n}"]) for n in numbers), len(qa)
 
 
 def test_qa_with_llm_consolidation_through_llamacpp(tmp_path):

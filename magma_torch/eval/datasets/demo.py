@@ -7,8 +7,10 @@ from importlib.resources import as_file, files
 from .base import Sample
 from .locomo import load_locomo
 
+DEMO_FILE = files("magma_torch.eval") / "data" / "demo_locomo.json"   # the raw LoCoMo-schema JSON
+
 
 def load_demo() -> list[Sample]:
     """Load the demo conversations written for this project (original content)."""
-    with as_file(files("magma_torch.eval") / "data" / "demo_locomo.json") as path:
+    with as_file(DEMO_FILE) as path:
         return load_locomo(path)
