@@ -2,7 +2,7 @@
 
     python experiments/qa_table.py [experiments/results/qa_small] [--out experiments/results/qa_small.md]
 
-Reads every finished run folder <root>/<memory>/ (metrics.json; predictions.jsonl for the
+Reads every finished run folder <root>/<memory>/ (metrics.json; scores.jsonl for the
 paired bootstrap). F1, BLEU-1 and the judge are over categories 1-4, as metrics.json's
 `overall`; adversarial questions (category 5) are scored apart: LoCoMo's rule (the answer says
 "not mentioned") and the judge. Tokens and seconds are per question, reader and judge apart.

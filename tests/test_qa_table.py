@@ -45,7 +45,7 @@ def make_run(root: Path, memory: str, f1: dict[str, float], questions=None):
     folder.mkdir(parents=True)
     rows = [{"question_id": q, "category": "adversarial" if q.endswith("adv") else "single-hop", "f1": v}
             for q, v in f1.items()]
-    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     scored = [r["f1"] for r in rows if r["category"] != "adversarial"]
     block = {"per_question": {"prompt_tokens": 1200.0, "completion_tokens": 9.5, "seconds": 21.25}}
     metrics = {"memory": memory, "n_questions": len(rows),

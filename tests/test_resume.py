@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from magma_torch.eval.run_folder import RunFolder, RunFolderError
+from magma_torch.eval.run_folder import TEXT_FIELDS, RunFolder, RunFolderError
 
 RUN = [sys.executable, "-m", "magma_torch.eval.cli", "dataset=demo", "memory=magma", "progress=false"]
 TIMING = {"retrieval_ms_per_question_batch_mean", "retrieval_ms_p50", "retrieval_ms_p95", "fast_path_s", "consolidation_s"}
@@ -51,6 +51,9 @@ def test_sigterm_then_rerun_equals_an_uninterrupted_run(tmp_path):
     assert final[: len(first)] == first                        # finished questions kept as they were, not redone
     ids = [json.loads(x)["question_id"] for x in final]
     assert len(ids) == len(set(ids)) == 70
+    # scores.jsonl: the same questions, in the same order, with the same figures and none of the text
+    scores = [json.loads(x) for x in lines(out / "scores.jsonl")]
+    assert scores == [{k: v for k, v in json.loads(x).items() if k not in TEXT_FIELDS} for x in final]
     assert sorted(json.loads(x)["sample_id"] for x in lines(out / "samples.jsonl")) == sorted(
         json.loads(x)["sample_id"] for x in lines(whole / "samples.jsonl"))
     a = json.loads((whole / "metrics.json").read_text())
@@ -76,6 +79,50 @@ def test_reopen_drops_a_torn_line_and_the_stale_finish_marker(tmp_path):
     assert (tmp_path / "predictions.jsonl").read_text().endswith("}\n")
     assert not (tmp_path / "metrics.json").exists()
     again.close()
+
+
+ROW = {"question_id": "a/q0", "sample_id": "a", "question": "Where did Caroline move from?", "gold": "Sweden",
+       "prediction": "Sweden", "reader_text": "sweden", "f1": 1.0, "judge": 1, "answer_prompt_tokens": 1300}
+
+
+def test_scores_keep_every_figure_and_no_text(tmp_path):
+    folder = RunFolder(tmp_path)
+    folder.open(CFG)
+    folder.append([ROW, {**ROW, "question_id": "a/q1", "f1": 0.5}])
+    folder.close()
+    scores = [json.loads(x) for x in lines(tmp_path / "scores.jsonl")]
+    assert scores == [{"question_id": "a/q0", "sample_id": "a", "f1": 1.0, "judge": 1, "answer_prompt_tokens": 1300},
+                      {"question_id": "a/q1", "sample_id": "a", "f1": 0.5, "judge": 1, "answer_prompt_tokens": 1300}]
+    assert "Sweden" not in (tmp_path / "scores.jsonl").read_text()
+
+
+def test_a_clone_without_predictions_resumes_from_its_scores(tmp_path):
+    folder = RunFolder(tmp_path)
+    folder.open(CFG)
+    folder.append([ROW], {"sample_id": "a"})
+    folder.append([{**ROW, "question_id": "b/q0", "sample_id": "b"}])
+    folder.close()
+    (tmp_path / "predictions.jsonl").unlink()                    # git-ignored: not in a clone
+    again = RunFolder(tmp_path)
+    again.open(CFG)
+    assert again.done_questions == {"a/q0", "b/q0"} and list(again.builds) == ["a"]
+    assert [r["f1"] for r in again.rows] == [1.0, 1.0] and "question" not in again.rows[0]
+    again.append([{**ROW, "question_id": "b/q1", "sample_id": "b"}], {"sample_id": "b"})
+    again.close()
+    # both files hold every question again: the resumed ones without text, the new one whole
+    preds = [json.loads(x) for x in lines(tmp_path / "predictions.jsonl")]
+    assert [r["question_id"] for r in preds] == ["a/q0", "b/q0", "b/q1"] and preds[2]["gold"] == "Sweden"
+    assert [json.loads(x)["question_id"] for x in lines(tmp_path / "scores.jsonl")] == ["a/q0", "b/q0", "b/q1"]
+
+
+def test_a_folder_from_before_scores_gets_them_on_reopen(tmp_path):
+    (tmp_path / "predictions.jsonl").write_text(json.dumps(ROW) + "\n")
+    folder = RunFolder(tmp_path)
+    folder.open(CFG)
+    folder.close()
+    assert [json.loads(x) for x in lines(tmp_path / "scores.jsonl")] == [
+        {k: v for k, v in ROW.items() if k not in TEXT_FIELDS}]
+    assert lines(tmp_path / "predictions.jsonl") == [json.dumps(ROW)]
 
 
 def test_reopen_with_another_config_is_refused(tmp_path):

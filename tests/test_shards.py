@@ -83,6 +83,8 @@ def test_merge_recomputes_metrics_from_rows(tmp_path, cfg):
     assert m["build"]["fast_path_s"] == pytest.approx(3.0)
     merged = tmp_path / "merged"
     assert len((merged / "predictions.jsonl").read_text().splitlines()) == 4
+    assert [json.loads(x)["question_id"] for x in (merged / "scores.jsonl").read_text().splitlines()] == [
+        json.loads(x)["question_id"] for x in (merged / "predictions.jsonl").read_text().splitlines()]
     assert json.loads((merged / "metrics.json").read_text()) == m
     assert (merged / "recall_by_category.png").stat().st_size > 1000
 

@@ -2,8 +2,9 @@
 
 A Slurm array runs one shard per task (``dataset.shard=i/n``), each into its own folder;
 this step (a dependency job) checks that every shard finished with the same configuration and
-disjoint questions, then writes the merged ``predictions.jsonl``, ``metrics.json`` (recomputed
-from the per-question rows, build counters summed), ``config.yaml`` and the plot.
+disjoint questions, then writes the merged ``predictions.jsonl`` and ``scores.jsonl``,
+``metrics.json`` (recomputed from the per-question rows, build counters summed), ``config.yaml``
+and the plot.
 
     magma-aggregate --out RUN_DIR SHARD_DIR [SHARD_DIR ...]
 """
@@ -19,6 +20,7 @@ from omegaconf import OmegaConf
 
 from magma_torch.errors import MagmaError
 from magma_torch.eval.plots import plot_categories
+from magma_torch.eval.run_folder import without_text
 from magma_torch.eval.runner import llm_costs, summarise_run
 from magma_torch.files import write_atomic
 
@@ -83,6 +85,8 @@ def aggregate(shards: list[Path], out: Path) -> dict:
     (out / "config.yaml").write_text(OmegaConf.to_yaml(first_cfg))
     with (out / "predictions.jsonl").open("w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
+    with (out / "scores.jsonl").open("w") as f:
+        f.writelines(json.dumps(without_text(r)) + "\n" for r in rows)
     with (out / "samples.jsonl").open("w") as f:
         f.writelines(json.dumps(b) + "\n" for _, _, builds in parts for b in builds)
     plot_categories(metrics, out / "recall_by_category.png")

@@ -16,14 +16,16 @@ class CompareError(MagmaError, ValueError):
     """Run folders that cannot be compared; the message names the folder."""
 
 
-def read_predictions(folder: Path) -> dict[str, dict]:
-    """The question rows of a finished run (one with metrics.json), by question id."""
+def read_scores(folder: Path) -> dict[str, dict]:
+    """The question rows of a finished run (one with metrics.json) as its scores.jsonl keeps them
+    (the committed, text-free copy of predictions.jsonl), by question id."""
     folder = Path(folder)
     if not (folder / "metrics.json").is_file():
         raise CompareError(f"{folder}: no metrics.json (not a finished run)")
-    path = folder / "predictions.jsonl"
+    path = folder / "scores.jsonl"
     if not path.is_file():
-        raise CompareError(f"{folder}: no predictions.jsonl")
+        raise CompareError(f"{folder}: no scores.jsonl; rerun its magma-run command (same out_dir), which "
+                           "writes it from predictions.jsonl")
     return {r["question_id"]: r for r in map(json.loads, path.read_text().splitlines()) if r}
 
 
@@ -31,7 +33,7 @@ def paired_difference(folder_a: Path, folder_b: Path, key: str = "f1", resamples
                       seed: int = 0) -> dict:
     """``key`` of run a minus run b over their non-adversarial questions, with its 95 % paired
     bootstrap interval. Both runs must hold the same questions."""
-    a, b = read_predictions(folder_a), read_predictions(folder_b)
+    a, b = read_scores(folder_a), read_scores(folder_b)
     if a.keys() != b.keys():
         raise CompareError(f"{folder_a} and {folder_b} hold different questions ({len(a.keys() ^ b.keys())} "
                            "in only one): compare runs over the same questions")

@@ -2,6 +2,10 @@
 
 - ``predictions.jsonl``: one line per answered question, flushed per memory (sample), and with
   task=qa per chunk of ``task.answer_chunk`` answered questions;
+- ``scores.jsonl``: the same lines without the text of the questions, gold answers and answers
+  (``TEXT_FIELDS``): every figure of metrics.json comes from them, and they hold no benchmark text,
+  so they can be committed where predictions.jsonl cannot (LoCoMo is CC BY-NC 4.0 and not shipped).
+  A folder that has them without its predictions (a fresh clone) resumes from them;
 - ``samples.jsonl``: one line per finished memory with its build counters, written after
   that memory's predictions, so a memory listed here has all its questions above;
 - ``metrics.json``: written atomically, last. Its presence is what marks a run finished;
@@ -25,6 +29,8 @@ from magma_torch.files import write_atomic
 # Settings that may change between a run and its resumption: they do not change the results.
 RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective", "task.answer_chunk")
 SHOWN_CHANGES = 3    # differing settings a refusal names
+# A question line's text: the dataset's question and gold answer, and the reader's answer (which quotes it).
+TEXT_FIELDS = ("question", "gold", "prediction", "reader_text")
 _UNSET = object()
 
 
@@ -75,11 +81,17 @@ def _complete_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in keep.splitlines() if line.strip()]
 
 
+def without_text(row: dict) -> dict:
+    """A question line as scores.jsonl keeps it: ``row`` without its ``TEXT_FIELDS``."""
+    return {k: v for k, v in row.items() if k not in TEXT_FIELDS}
+
+
 class RunFolder:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.predictions_path = self.path / "predictions.jsonl"
         self.samples_path = self.path / "samples.jsonl"
+        self.scores_path = self.path / "scores.jsonl"
         self.metrics_path = self.path / "metrics.json"
         self.rows: list[dict] = []
         self.builds: dict[str, dict] = {}
@@ -88,7 +100,7 @@ class RunFolder:
         """Create or reopen the folder for ``cfg``; loads what a previous attempt finished."""
         self.path.mkdir(parents=True, exist_ok=True)
         config_path = self.path / "config.yaml"
-        if config_path.exists() and self.predictions_path.exists():
+        if config_path.exists() and (self.predictions_path.exists() or self.scores_path.exists()):
             changed = differences(_comparable(OmegaConf.load(config_path)), _comparable(cfg))
             if changed:
                 more = f" (and {len(changed) - SHOWN_CHANGES} more)" if len(changed) > SHOWN_CHANGES else ""
@@ -99,9 +111,16 @@ class RunFolder:
         self.metrics_path.unlink(missing_ok=True)
         write_atomic(config_path, OmegaConf.to_yaml(cfg))
         self.builds = {b["sample_id"]: b for b in _complete_lines(self.samples_path)}
-        self.rows = list({r["question_id"]: r for r in _complete_lines(self.predictions_path)}.values())
+        rows = {r["question_id"]: r for r in _complete_lines(self.predictions_path)}
+        scores = {r["question_id"]: r for r in _complete_lines(self.scores_path)}
         self._pred = self.predictions_path.open("a")
+        self._scores = self.scores_path.open("a")
         self._samples = self.samples_path.open("a")
+        # Each file gets the lines only the other holds: scores of a folder written before scores.jsonl
+        # existed, and text-free lines for the questions a fresh clone has only as scores.
+        self._write(self._scores, [without_text(r) for q, r in rows.items() if q not in scores])
+        self._write(self._pred, [r for q, r in scores.items() if q not in rows])
+        self.rows = list({**scores, **rows}.values())
 
     @property
     def done_questions(self) -> set[str]:
@@ -109,23 +128,24 @@ class RunFolder:
 
     def append(self, rows: list[dict], build: dict | None = None) -> None:
         """Record new predictions of one memory, then, with ``build``, the memory itself as finished."""
-        for row in rows:
-            self._pred.write(json.dumps(row) + "\n")
-        self._sync(self._pred)
+        self._write(self._pred, rows)
+        self._write(self._scores, [without_text(r) for r in rows])
         self.rows.extend(rows)
         if build is None:
             return
-        self._samples.write(json.dumps(build) + "\n")
-        self._sync(self._samples)
+        self._write(self._samples, [build])
         self.builds[build["sample_id"]] = build
 
     @staticmethod
-    def _sync(f) -> None:
+    def _write(f, lines: list[dict]) -> None:
+        if not lines:
+            return
+        f.write("".join(json.dumps(line) + "\n" for line in lines))
         f.flush()
         os.fsync(f.fileno())  # survives a node failure, not just a killed process
 
     def close(self) -> None:
-        for f in (getattr(self, "_pred", None), getattr(self, "_samples", None)):
+        for f in (getattr(self, "_pred", None), getattr(self, "_scores", None), getattr(self, "_samples", None)):
             if f is not None:
                 f.close()
 
