@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from magma_torch.eval.cli import with_run_dir
 from magma_torch.eval.overrides import OverrideError, check_overrides
 
 
@@ -47,3 +48,24 @@ def test_magma_run_rejects_a_typo_before_any_work(tmp_path):
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]           # one line
     assert proc.stderr.startswith("magma-run: error: unknown setting 'memory.retrieval.beam.gama'")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["memory=magma", "out_dir=runs/a"], ["memory=magma", "out_dir=runs/a", "hydra.run.dir=runs/a"]),
+    # beside out_dir, so the overrides stay one run of arguments around Hydra's flags
+    (["out_dir=runs/a", "memory=magma", "--cfg", "job"],
+     ["out_dir=runs/a", "hydra.run.dir=runs/a", "memory=magma", "--cfg", "job"]),
+    (["--cfg", "job", "out_dir=runs/a"], ["--cfg", "job", "out_dir=runs/a", "hydra.run.dir=runs/a"]),
+    (["out_dir=runs/a", "hydra.run.dir=elsewhere"], ["out_dir=runs/a", "hydra.run.dir=elsewhere"]),
+    (["memory=magma"], ["memory=magma"]),
+])
+def test_the_run_dir_follows_out_dir(argv, expected):
+    assert with_run_dir(argv) == expected
+
+
+def test_a_config_with_out_dir_prints(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "memory=magma", f"out_dir={out}",
+                           "--cfg", "job"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"out_dir: {out}" in proc.stdout and not out.exists()

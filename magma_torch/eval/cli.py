@@ -82,10 +82,13 @@ def hydra_main(cfg: DictConfig) -> float | None:
 
 def with_run_dir(argv: list[str]) -> list[str]:
     """``argv`` plus ``hydra.run.dir=PATH`` when it sets ``out_dir=PATH`` and no run dir: Hydra's
-    own files (.hydra/, the log) then go into the run folder, not a second dated folder."""
-    given = dict(a.lstrip("+").split("=", 1) for a in argv if "=" in a and not a.startswith("-"))
+    own files (.hydra/, the log) then go into the run folder, not a second dated folder. It goes
+    right after ``out_dir=``: Hydra's parser takes overrides only as one run of arguments, so one
+    added after a flag (``--cfg job``) would be refused."""
+    given = {a.lstrip("+").split("=", 1)[0]: i for i, a in enumerate(argv) if "=" in a and not a.startswith("-")}
     if "out_dir" in given and "hydra.run.dir" not in given:
-        return [*argv, f"hydra.run.dir={given['out_dir']}"]
+        at = given["out_dir"] + 1
+        return [*argv[:at], f"hydra.run.dir={argv[at - 1].split('=', 1)[1]}", *argv[at:]]
     return argv
 
 
