@@ -20,10 +20,12 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from qa_table import table as qa_table  # noqa: E402
 from recall_table import CATEGORIES, ORDER, recall_table  # noqa: E402
 from report import ABLATIONS, ablation_table, category_table, cost_table, load_runs, pick_metrics, write_reports  # noqa: E402
 
 from magma_torch.bench.cli import markdown_table  # noqa: E402
+from magma_torch.eval.compare import CompareError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -32,6 +34,7 @@ VARIANTS = RESULTS / "locomo_dev_variants"
 RERANK = RESULTS / "rerank"
 LONGMEMEVAL_FIXTURES = RESULTS / "longmemeval_fixtures"
 BENCH = RESULTS / "bench"
+QA_SMALL = RESULTS / "qa_small"
 DOCS = ("README.md", "BENCHMARKS.md")
 BLOCK = re.compile(r"<!-- results:(?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
 RELATION_NAMES = {"temporal": "temporal", "semantic": "semantic", "causal": "causal", "entity": "event–entity",
@@ -194,6 +197,15 @@ def longmemeval_episodes() -> str:
     return "\n".join(lines) + "\n"
 
 
+def qa_small() -> str:
+    """The QA benchmark's table (experiments/qa_table.py with its defaults) from the finished run
+    folders of experiments/results/qa_small/."""
+    try:
+        return qa_table(QA_SMALL)
+    except CompareError as err:
+        raise PublishedError(str(err)) from err
+
+
 # --- BENCHMARKS.md --------------------------------------------------------------------------------
 
 def locomo_latency() -> str:
@@ -278,6 +290,7 @@ BLOCKS = {
     "locomo_rerank": locomo_rerank,
     "locomo_latency": locomo_latency,
     "longmemeval_episodes": longmemeval_episodes,
+    "qa_small": qa_small,
     "bench_100k": partial(bench_run, "cpu_100k.json"),
     "bench_100k_2026-11-30": partial(bench_run, "history/cpu_100k_2026-11-30_0807.json"),
     "bench_100k_2026-12-01_2128": partial(bench_run, "history/cpu_100k_2026-12-01_2128.json"),
@@ -307,7 +320,8 @@ def report_tables() -> dict[Path, str]:
     return {RESULTS / "table1.md": category_table(table1, pick_metrics(table1, None), "Table 1: LoCoMo per category")[0],
             RESULTS / "table3.md": cost_table(runs),
             RESULTS / "table4.md": ablation_table(table4, pick_metrics(table4, None)),
-            BENCH / "sweep_cpu.md": bench_sweep()}
+            BENCH / "sweep_cpu.md": bench_sweep(),
+            RESULTS / "qa_small.md": qa_small()}
 
 
 def stale() -> list[str]:
@@ -328,6 +342,7 @@ def write() -> None:
         (ROOT / doc).write_text(render((ROOT / doc).read_text(), doc))
     write_reports([LOCOMO], RESULTS)  # table1/3/4 .md and their charts
     (BENCH / "sweep_cpu.md").write_text(bench_sweep())
+    (RESULTS / "qa_small.md").write_text(qa_small())
 
 
 def main(argv: list[str] | None = None) -> None:

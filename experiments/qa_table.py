@@ -18,6 +18,7 @@ from pathlib import Path
 from magma_torch.eval.compare import CompareError, paired_difference
 
 ORDER = ("magma", "magma_paper", "magma_no_context", "hybrid_rag", "full_context")
+COMPARE, RESAMPLES, SEED = ("magma", "hybrid_rag"), 10_000, 0     # the published table's bootstrap
 COLUMNS = ("memory", "n", "F1", "BLEU-1", "judge", "adversarial: rule / judge", "reader tokens/q: prompt / completion",
            "judge tokens/q: prompt / completion", "s/q: reader + judge", "failed answers")
 
@@ -41,7 +42,7 @@ def row(metrics: dict) -> list[str]:
             reader_tokens, judge_tokens, f"{reader_s} + {judge_s}", str(metrics["answering"]["failed"])]
 
 
-def table(root: Path, compare: tuple[str, str], resamples: int, seed: int) -> str:
+def table(root: Path, compare: tuple[str, str] = COMPARE, resamples: int = RESAMPLES, seed: int = SEED) -> str:
     runs = {}
     for path in sorted(root.glob("*/metrics.json")):
         metrics = json.loads(path.read_text())
@@ -66,9 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", nargs="?", type=Path, default=Path("experiments/results/qa_small"))
     ap.add_argument("--out", type=Path, help="write the table here too")
-    ap.add_argument("--compare", nargs=2, default=("magma", "hybrid_rag"), metavar=("A", "B"))
-    ap.add_argument("--resamples", type=int, default=10_000)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compare", nargs=2, default=COMPARE, metavar=("A", "B"))
+    ap.add_argument("--resamples", type=int, default=RESAMPLES)
+    ap.add_argument("--seed", type=int, default=SEED)
     args = ap.parse_args(argv)
     try:
         text = table(args.root, tuple(args.compare), args.resamples, args.seed)
