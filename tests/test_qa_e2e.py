@@ -4,6 +4,7 @@ quality: the model is tiny)."""
 import json
 import subprocess
 import sys
+
 import pytest
 
 from magma_torch.eval.datasets.demo import DEMO_FILE
