@@ -1,6 +1,7 @@
 """Files that survive a crash: synced writes, synced folder entries, whole-file replacement."""
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -50,3 +51,25 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
     """Replace ``path`` with ``text`` in one rename (``replaced_atomically``)."""
     with replaced_atomically(path) as f:
         f.write(text)
+
+
+def read_complete_lines(path: Path, cut: bool = True) -> list[dict]:
+    """The JSON lines of ``path`` that were written whole (none when it does not exist); with
+    ``cut`` the file is cut back to them, so that the next append starts a line of its own."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    keep = data[: data.rfind(b"\n") + 1]  # a kill mid-write leaves a last line without its newline
+    if cut and len(keep) != len(data):
+        path.write_bytes(keep)
+    return [json.loads(line) for line in keep.splitlines() if line.strip()]
+
+
+def append_synced(f: TextIO, lines: list[dict]) -> None:
+    """Append ``lines`` to the open file ``f`` as JSON lines and fsync it: they survive a node
+    failure, not just a killed process."""
+    if not lines:
+        return
+    f.write("".join(json.dumps(line) + "\n" for line in lines))
+    f.flush()
+    os.fsync(f.fileno())

@@ -135,3 +135,15 @@ def test_a_run_folder_written_by_an_earlier_version_still_resumes():
     assert differences(_comparable(old), _comparable(new)) == []
     new.memory.retrieval.anchor_k = 7
     assert differences(_comparable(old), _comparable(new)) == ["memory.retrieval.anchor_k: 50 -> 7"]
+
+
+def test_a_consolidation_cache_may_be_added_when_a_run_resumes():
+    """consolidation.cache changes where generations are kept, not what they are; the LLM's settings still count."""
+    from magma_torch.eval.run_folder import _comparable, differences
+
+    old = OmegaConf.create({"out_dir": "/tmp/x", "consolidation": consolidation_config("llm")})
+    new = OmegaConf.create(OmegaConf.to_container(old))
+    new.consolidation.cache = "/tmp/x/consolidation_cache.jsonl"
+    assert differences(_comparable(old), _comparable(new)) == []
+    new.consolidation.max_tokens = 64
+    assert differences(_comparable(old), _comparable(new)) == ["consolidation.max_tokens: 256 -> 64"]

@@ -11,6 +11,7 @@ import pytest
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
+from magma_torch.eval.runner import _consolidation_usage
 from magma_torch.ingest.consolidator import EventView
 from magma_torch.ingest.llm_consolidator import LLMConsolidator, normalise_name
 from magma_torch.llm.base import Generation, Usage
@@ -319,6 +320,39 @@ def test_failed_generation_fails_only_that_event(emb):
         assert llm.usage.failures == 1
     finally:
         mem.close()
+
+
+def test_a_cached_consolidation_reruns_without_the_model(emb, tmp_path):
+    """consolidation.cache: a rerun over the same events (a resumed run) sends no prompt the file
+    answers and builds the same graph; a failed generation is tried again."""
+    def script(refs):
+        r = {t: k for k, t in refs.items()}
+        if refs["n0"] == TURNS[2][1] and TURNS[0][1] in r:
+            return {"causal": [{"cause": r[TURNS[0][1]], "effect": "n0", "confidence": 0.9}], "entities": []}
+        if refs["n0"] == TURNS[5][1]:
+            return Generation("", error="timeout")
+        return {"causal": [], "entities": [{"name": w, "kind": "place"} for w in ("bakery", "hospital", "Paris")
+                                           if w in refs["n0"]]}
+
+    def build(llm):
+        mem = make_mem(emb, llm, batch_size=3, cache=str(tmp_path / "cache.jsonl"))
+        try:
+            ids = add_turns(mem, TURNS)
+            mem.consolidate()
+            usage.append(_consolidation_usage(mem))
+            return causal_edges(mem), mention_counts(mem), [mem.worker.status[i] for i in ids]
+        finally:
+            mem.close()
+
+    usage = []
+    first_llm, again_llm = FakeLLM(script), FakeLLM(script)
+    first, again = build(first_llm), build(again_llm)
+    assert first == again
+    assert [(u["calls"], u["cache_hits"]) for u in usage] == [(len(TURNS), 0), (1, len(TURNS) - 1)]   # magma-run's build line
+    assert first[0] == [(0, 2, pytest.approx(0.9))] and first[2][5][0] == "failed"
+    assert sum(first_llm.calls) == len(TURNS)
+    assert [p["n0"] for p in again_llm.prompts] == [TURNS[5][1]]    # only the failed event reaches the model
+    assert again_llm.usage.calls == 1
 
 
 def test_ingest_never_waits_for_the_llm(emb):

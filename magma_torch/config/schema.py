@@ -341,6 +341,8 @@ class LLMConsolidationConfig(ConsolidationConfig):
     temperature: float = 0.0
     speaker_entity: bool = False      # speakers are event attributes; true restores the old speaker hub nodes
     entities_in_text: bool = True     # an entity name must occur in the event's text
+    cache: Optional[str] = None       # a JSON-lines file keeping every generation, so a rerun skips the model
+                                      # (magma_torch/llm/cache.py); None: no file
 
 
 # (group, name) of each schema in Hydra's ConfigStore: a YAML of the group lists it first in its defaults.

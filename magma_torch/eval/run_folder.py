@@ -17,17 +17,17 @@ rerun redoes nothing that finished and counts nothing twice.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from magma_torch.config.resolve import consolidation_config, saved_memory_config
 from magma_torch.errors import MagmaError
-from magma_torch.files import write_atomic
+from magma_torch.files import append_synced, read_complete_lines, write_atomic
 
 # Settings that may change between a run and its resumption: they do not change the results.
-RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective", "task.answer_chunk")
+RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective", "task.answer_chunk",
+                     "consolidation.cache")
 SHOWN_CHANGES = 3    # differing settings a refusal names
 # A question line's text: the dataset's question and gold answer, and the reader's answer (which quotes it).
 TEXT_FIELDS = ("question", "gold", "prediction", "reader_text")
@@ -70,17 +70,6 @@ def _shown(value) -> str:
     return "(not set)" if value is _UNSET else repr(value)
 
 
-def _complete_lines(path: Path) -> list[dict]:
-    """The JSON lines of ``path`` that were written whole; the file is cut back to them."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    keep = data[: data.rfind(b"\n") + 1]  # a kill mid-write leaves a last line without its newline
-    if len(keep) != len(data):
-        path.write_bytes(keep)
-    return [json.loads(line) for line in keep.splitlines() if line.strip()]
-
-
 def without_text(row: dict) -> dict:
     """A question line as scores.jsonl keeps it: ``row`` without its ``TEXT_FIELDS``."""
     return {k: v for k, v in row.items() if k not in TEXT_FIELDS}
@@ -110,16 +99,16 @@ class RunFolder:
                     "settings (its config.yaml) or choose a new out_dir")
         self.metrics_path.unlink(missing_ok=True)
         write_atomic(config_path, OmegaConf.to_yaml(cfg))
-        self.builds = {b["sample_id"]: b for b in _complete_lines(self.samples_path)}
-        rows = {r["question_id"]: r for r in _complete_lines(self.predictions_path)}
-        scores = {r["question_id"]: r for r in _complete_lines(self.scores_path)}
+        self.builds = {b["sample_id"]: b for b in read_complete_lines(self.samples_path)}
+        rows = {r["question_id"]: r for r in read_complete_lines(self.predictions_path)}
+        scores = {r["question_id"]: r for r in read_complete_lines(self.scores_path)}
         self._pred = self.predictions_path.open("a")
         self._scores = self.scores_path.open("a")
         self._samples = self.samples_path.open("a")
         # Each file gets the lines only the other holds: scores of a folder written before scores.jsonl
         # existed, and text-free lines for the questions a fresh clone has only as scores.
-        self._write(self._scores, [without_text(r) for q, r in rows.items() if q not in scores])
-        self._write(self._pred, [r for q, r in scores.items() if q not in rows])
+        append_synced(self._scores, [without_text(r) for q, r in rows.items() if q not in scores])
+        append_synced(self._pred, [r for q, r in scores.items() if q not in rows])
         self.rows = list({**scores, **rows}.values())
 
     @property
@@ -128,21 +117,13 @@ class RunFolder:
 
     def append(self, rows: list[dict], build: dict | None = None) -> None:
         """Record new predictions of one memory, then, with ``build``, the memory itself as finished."""
-        self._write(self._pred, rows)
-        self._write(self._scores, [without_text(r) for r in rows])
+        append_synced(self._pred, rows)
+        append_synced(self._scores, [without_text(r) for r in rows])
         self.rows.extend(rows)
         if build is None:
             return
-        self._write(self._samples, [build])
+        append_synced(self._samples, [build])
         self.builds[build["sample_id"]] = build
-
-    @staticmethod
-    def _write(f, lines: list[dict]) -> None:
-        if not lines:
-            return
-        f.write("".join(json.dumps(line) + "\n" for line in lines))
-        f.flush()
-        os.fsync(f.fileno())  # survives a node failure, not just a killed process
 
     def close(self) -> None:
         for f in (getattr(self, "_pred", None), getattr(self, "_scores", None), getattr(self, "_samples", None)):

@@ -165,10 +165,16 @@ def llm_costs(rows: list[dict]) -> tuple[dict, dict]:
 
 
 def _consolidation_usage(mem: MagmaMemory) -> dict:
-    """Counters of the consolidation LLM (an LLM consolidator's ``usage``); zeros without one."""
+    """Counters of the consolidation LLM (an LLM consolidator's ``usage``); zeros without one. With
+    ``consolidation.cache``, ``cache_hits`` counts the generations its file gave back: they cost
+    neither calls nor seconds here (the file keeps what each cost, ``llm.cache.cost``)."""
     u = getattr(mem.consolidator, "usage", None)
     d = u.as_dict() if u is not None else {}
-    return {k: int(d.get(k, 0)) for k in ("calls", "prompt_tokens", "completion_tokens")}
+    out = {k: int(d.get(k, 0)) for k in ("calls", "prompt_tokens", "completion_tokens")}
+    hits = getattr(getattr(mem.consolidator, "llm", None), "hits", None)
+    if hits is not None:
+        out["cache_hits"] = hits
+    return out
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict:
@@ -339,6 +345,8 @@ def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader,
                          "llm_tokens": total("llm_prompt_tokens") + total("llm_completion_tokens"),
                          "llm_prompt_tokens": total("llm_prompt_tokens"),
                          "llm_completion_tokens": total("llm_completion_tokens")}}
+    if any("llm_cache_hits" in b for b in builds):   # consolidation.cache: generations its file gave back
+        metrics["build"]["llm_cache_hits"] = sum(b.get("llm_cache_hits", 0) for b in builds)
     abstention = [r for r in rows if r.get("abstention")]
     if abstention:
         metrics["abstention"] = summarise(abstention, cfg.task, keys)

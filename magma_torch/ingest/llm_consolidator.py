@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from magma_torch.config.schema import LLMConsolidationConfig
 from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal, SupersessionLink
+from magma_torch.llm.cache import CachedLLM
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class LLMConsolidator:
                  prompt_version: str = _DEFAULTS.prompt_version,
                  max_chars_per_event: int = _DEFAULTS.max_chars_per_event, temperature: float = _DEFAULTS.temperature,
                  speaker_entity: bool = _DEFAULTS.speaker_entity, entities_in_text: bool = _DEFAULTS.entities_in_text,
-                 max_supersedes_per_event: int = _DEFAULTS.max_supersedes_per_event):
+                 max_supersedes_per_event: int = _DEFAULTS.max_supersedes_per_event, cache: str | None = _DEFAULTS.cache):
         if llm is None:
             raise ValueError("LLMConsolidator needs an llm (consolidation=llm with an llm config, "
                              "or MagmaMemory(..., llm=...))")
@@ -172,7 +173,7 @@ class LLMConsolidator:
             raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence!r}")
         if prompt_version not in SYSTEM_PROMPTS:
             raise ValueError(f"unknown prompt_version {prompt_version!r} (known: {sorted(SYSTEM_PROMPTS)})")
-        self.llm = llm
+        self.llm = llm if cache is None else CachedLLM(llm, cache)
         self.min_confidence = float(min_confidence)
         self.max_causal_per_event = int(max_causal_per_event)
         self.max_entities_per_event = int(max_entities_per_event)

@@ -1,0 +1,103 @@
+"""An LLM whose generations are kept in a JSON-lines file: a rerun gets them back without the model.
+
+A slow path that consolidates with a small model on a CPU takes hours per conversation; a run
+stopped half-way (Slurm preemption, a session that ends) would otherwise redo every call. With
+``consolidation.cache=FILE`` (magma-run) or ``CachedLLM(llm, FILE)`` (Python) each successful
+generation is appended to FILE, synced, as soon as its call returns; the same call later is
+answered from the file. The file moves with a run folder, so a clone that holds it resumes too.
+
+A line's key is a hash of the model's name, the prompt, the output schema, the token budget and
+the temperature: anything else the model gets (a changed prompt, another model) misses and is
+generated. Failed generations are not kept, so a rerun tries them again. Each line also keeps
+what the call cost (tokens and seconds, a batch's seconds shared evenly among its prompts), so
+the cost of a consolidation can be read from its file after any number of resumed attempts.
+
+An LLM consolidator's prompt shows the graph that earlier batches built, so a rerun replays a
+consolidation exactly only when its batches form the same way: a foreground slow path
+(``memory.slow_path.background=false``), which takes full batches in order.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from magma_torch.files import append_synced, read_complete_lines
+
+from .base import LLM, Generation, Prompt
+from .schema import to_json_schema
+
+
+class CachedLLM:
+    """``llm`` behind the generation file ``path`` (created on first use). ``usage`` counts only
+    the calls that reached the model; ``hits`` counts those the file answered."""
+
+    def __init__(self, llm: LLM, path: str | Path):
+        self.llm, self.path = llm, Path(path)
+        self.name = llm.name
+        self.hits = 0
+        self._lock = threading.Lock()
+        self._lines: dict[str, dict] = {line["key"]: line for line in read_complete_lines(self.path)}
+
+    @property
+    def usage(self):
+        return self.llm.usage
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def key(self, prompt: Prompt, schema: dict | type | None, max_tokens: int, temperature: float) -> str:
+        spec = {"model": self.name, "prompt": prompt, "schema": None if schema is None else to_json_schema(schema),
+                "max_tokens": int(max_tokens), "temperature": float(temperature)}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+    def generate(self, prompts: Sequence[Prompt], schema: dict | type | None = None, max_tokens: int = 256,
+                 temperature: float = 0.0) -> list[Generation]:
+        keys = [self.key(p, schema, max_tokens, temperature) for p in prompts]
+        with self._lock:
+            missing = [i for i, k in enumerate(keys) if k not in self._lines]
+        if missing:
+            t0 = time.perf_counter()
+            gens = self.llm.generate([prompts[i] for i in missing], schema=schema, max_tokens=max_tokens,
+                                     temperature=temperature)
+            seconds = (time.perf_counter() - t0) / len(missing)
+            new = [{"key": keys[i], "text": g.text, "parsed": _plain(g.parsed), "prompt_tokens": g.prompt_tokens,
+                    "completion_tokens": g.completion_tokens, "seconds": seconds}
+                   for i, g in zip(missing, gens) if g.error is None]
+            fresh = dict(zip(missing, gens))
+            with self._lock:
+                if new:
+                    with self.path.open("a", encoding="utf-8") as f:
+                        append_synced(f, new)
+                    self._lines.update((line["key"], line) for line in new)
+        else:
+            fresh = {}
+        with self._lock:
+            self.hits += len(prompts) - len(fresh)
+            return [fresh[i] if i in fresh else _generation(self._lines[k], schema) for i, k in enumerate(keys)]
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def _plain(parsed):
+    """``parsed`` as JSON: a pydantic model's fields, else the decoded JSON as it is."""
+    return parsed.model_dump(mode="json") if hasattr(parsed, "model_dump") else parsed
+
+
+def _generation(line: dict, schema: dict | type | None) -> Generation:
+    parsed = line["parsed"]
+    if parsed is not None and isinstance(schema, type):
+        parsed = schema.model_validate(parsed)   # a pydantic schema's model again, as the backend gave it
+    return Generation(line["text"], parsed, line["prompt_tokens"], line["completion_tokens"])
+
+
+def cost(path: str | Path) -> dict:
+    """What the generations kept in ``path`` cost: their count, tokens and seconds, in all and per generation."""
+    lines = read_complete_lines(Path(path), cut=False)
+    n = len(lines)
+    total = {k: sum(line[k] for line in lines) for k in ("prompt_tokens", "completion_tokens", "seconds")}
+    return {"generations": n, **total, "per_generation": {k: v / n if n else 0.0 for k, v in total.items()}}
