@@ -1,0 +1,145 @@
+"""The graph an LLM consolidation built, replayed from a run folder's consolidation cache.
+
+    python experiments/llm_graph_audit.py experiments/results/qa_small/magma_llm_graph --sample 20 --seed 0
+
+Rebuilds every memory of the folder's run (its config.yaml: dataset, memory, consolidation) with
+the generations kept in ``consolidation.cache`` alone, so it needs no model and no GPU; a prompt
+the file lacks (a run still consolidating) fails its event, and the figures count only the
+events whose generation the file held. Prints Markdown: per memory, the causal links, entity
+mentions and knowledge updates the model proposed and those kept; the rejection reasons,
+counted; what the kept generations cost (tokens and seconds per event, as they were made); and
+a seeded sample of kept causal links, cause and effect side by side, for a person to judge.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from magma_torch import MagmaMemory
+from magma_torch.eval.datasets import load_dataset, select_samples
+from magma_torch.eval.runner import records
+from magma_torch.llm.base import Generation, Usage
+from magma_torch.llm.cache import CachedLLM, cost
+from magma_torch.text.embedder import Embedder
+
+NOT_KEPT = "not in the consolidation cache"
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+class ReplayOnly:
+    """A model that has nothing to say: every prompt the cache lacks fails with NOT_KEPT."""
+
+    def __init__(self, name: str):
+        self.name, self.usage = name, Usage()
+
+    def generate(self, prompts, schema=None, max_tokens=256, temperature=0.0):
+        return [Generation("", error=NOT_KEPT) for _ in prompts]
+
+    def close(self) -> None:
+        pass
+
+
+class Recorder:
+    """Passes generations through and keeps the parsed ones, for the proposed counts."""
+
+    def __init__(self, llm):
+        self.llm, self.name, self.parsed = llm, llm.name, []
+
+    @property
+    def usage(self):
+        return self.llm.usage
+
+    def generate(self, prompts, **kw):
+        gens = self.llm.generate(prompts, **kw)
+        self.parsed += [g.parsed for g in gens if g.error is None and isinstance(g.parsed, dict)]
+        return gens
+
+    def close(self) -> None:
+        pass
+
+
+def reason_class(note: str) -> str:
+    """A rejection note without its particulars: 'rejected entity 'x': a speaker' -> 'entity: a speaker'."""
+    what = note.removeprefix("rejected ").split(" ", 1)[0].rstrip(":")
+    why = note.split(": ", 1)[1] if ": " in note else note
+    return f"{what}: {_NUMBER.sub('N', _QUOTED.sub('X', why))}"
+
+
+def audit(folder: Path, sample: int, seed: int, data: str | None) -> str:
+    cfg = OmegaConf.load(folder / "config.yaml")
+    cfg.out_dir = str(folder)
+    if data:
+        cfg.dataset.path = data
+    cache = Path(cfg.consolidation.cache)
+    d = cfg.dataset
+    samples = select_samples(load_dataset(d.name, d.get("path")), d.get("limit"), d.get("sample_ids"), d.get("shard"))
+    consolidation = OmegaConf.to_container(cfg.consolidation, resolve=True)
+    consolidation["cache"] = None            # the Recorder holds the cache, so it sees each generation
+    embedder = Embedder(**OmegaConf.to_container(cfg.memory.embedder, resolve=True))
+    out = [f"# The LLM-built graph of `{folder}`", ""]
+    c = cost(cache)
+    out.append(f"Consolidation cache `{cache.name}`: {c['generations']} generations, "
+               f"{c['per_generation']['prompt_tokens']:.0f} prompt + {c['per_generation']['completion_tokens']:.1f} "
+               f"completion tokens and {c['per_generation']['seconds']:.1f} s per generation as made "
+               f"({c['seconds'] / 3600:.2f} h in all).")
+    links = []
+    for s in samples:
+        rec = Recorder(CachedLLM(ReplayOnly(cfg.llm.name), cache))
+        with MagmaMemory(cfg.memory, consolidation, namespace=s.sample_id, embedder=embedder, llm=rec) as mem:
+            ids = mem.add_many(records(s))
+            mem.consolidate()
+            status = mem.worker.statuses(ids)
+            causal = list(zip(*(t.tolist() for t in mem.store.graph.edges("causal"))))
+            mentions = mem.store.graph.edges("entity")[0].numel()
+            updates = mem.store.graph.edges("supersedes")[0].numel()
+            rows = mem.store.events.rows
+            texts = {i: (rows[i].speaker, rows[i].text) for i in range(len(rows))}
+        replayed = [st for st in status if st[1] != f"llm generation failed: {NOT_KEPT}"]
+        failed = collections.Counter(st[1] for st in replayed if st[0] == "failed")
+        reasons = collections.Counter(reason_class(note) for kind, notes in replayed if kind == "consolidated"
+                                      for note in notes.split("; ") if note)
+        proposed = {k: sum(len(p.get(k) or []) for p in rec.parsed) for k in ("causal", "entities", "supersedes")}
+        n = len(replayed)
+        out += ["", f"## `{s.sample_id}`: {n} of {len(ids)} events replayed from the cache", "",
+                "| | proposed | kept |", "| --- | --- | --- |",
+                f"| causal links | {proposed['causal']} | {len(causal)} ({1000 * len(causal) / max(n, 1):.1f} per 1,000 "
+                "turns) |",
+                f"| entity mentions | {proposed['entities']} | {mentions} event–entity edges |",
+                f"| knowledge updates | {proposed['supersedes']} | {updates} |", "",
+                f"Events failed: {sum(failed.values())}" + "".join(f"; {k} ({v})" for k, v in failed.most_common()),
+                "", "| rejection reason | count |", "| --- | --- |",
+                *(f"| {r} | {k} |" for r, k in reasons.most_common())]
+        links += [(s.sample_id, cause, effect, conf, texts) for cause, effect, conf in causal]
+    picked = sorted(random.Random(seed).sample(range(len(links)), min(sample, len(links))))
+    out += ["", f"## {len(picked)} kept causal links (seed {seed}), for a person to judge", ""]
+    for k, i in enumerate(picked, 1):
+        sid, cause, effect, conf, texts = links[i]
+        out += [f"{k}. `{sid}` event {cause} -> {effect}, confidence {conf:.2f}",
+                f"   - cause: {texts[cause][0]}: {texts[cause][1]}",
+                f"   - effect: {texts[effect][0]}: {texts[effect][1]}",
+                "   - verdict: "]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", type=Path, help="a magma-run folder of a consolidation=llm run with consolidation.cache")
+    ap.add_argument("--sample", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data", default=None, help="the dataset file, where it is not at the config's dataset.path")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    text = audit(args.folder, args.sample, args.seed, args.data)
+    if args.out:
+        args.out.write_text(text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
