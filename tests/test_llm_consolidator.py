@@ -538,3 +538,25 @@ def test_prompt_v1_asks_for_no_updates(emb):
         assert mem.store.graph.num_edges("supersedes") == 0
     finally:
         mem.close()
+
+
+def test_prompt_v3_names_the_speakers_and_shows_a_worked_example(emb):
+    """v3 (small models): the user message names the speakers, which are never entities; the system
+    prompt asks for activities and ends its rules with one whole example answer; kinds include activity."""
+    llm = FakeLLM(lambda refs: {"causal": [], "supersedes": [], "entities": [
+        {"name": "Anna", "kind": "person"}, {"name": "nursing", "kind": "activity"}]})
+    mem = make_mem(emb, llm, prompt_version="v3")
+    try:
+        ids = add_turns(mem, TURNS[:3])
+        mem.consolidate()
+        system, user = mem.consolidator.prompt(mem.consolidator.refs(ev(2, TURNS[2][1], "Anna"), [ev(1, "x", "Ben")]))
+        assert user["content"].startswith("Speakers: Anna, Ben.\n")
+        assert "activities and hobbies" in system["content"] and '"cause": "n2", "effect": "n0"' in system["content"]
+        assert "activity" in llm.schemas[0]["properties"]["entities"]["items"]["properties"]["kind"]["enum"]
+        assert [m.kind for m in mem.consolidator.validate(
+            ev(2, TURNS[2][1], "Anna"), {"n0": ev(2, TURNS[2][1], "Anna")},
+            Generation("", parsed={"causal": [], "entities": [{"name": "nursing", "kind": "activity"}]})).entities] \
+            == ["activity"]
+        assert "speaker" in mem.worker.status[ids[2]][1]                # 'Anna' rejected: a speaker
+    finally:
+        mem.close()

@@ -336,7 +336,8 @@ class LLMConsolidationConfig(ConsolidationConfig):
     hops: int = 2                     # neighbourhood shown per event: temporal, semantic, causal edges and shared entities
     max_neighbours: int = 12          # neighbours per prompt (nearer hops, then most similar, then most recent)
     max_tokens: int = 256             # generation budget per event
-    prompt_version: str = "v2"        # v2: causal links, entities and knowledge updates (supersedes); v1: without updates
+    prompt_version: str = "v2"        # v2: causal links, entities and knowledge updates (supersedes); v1: without updates;
+                                      # v3: v2 rewritten for small models (speakers named, a worked example)
     max_chars_per_event: int = 400    # event text longer than this is cut in the prompt
     temperature: float = 0.0
     speaker_entity: bool = False      # speakers are event attributes; true restores the old speaker hub nodes
