@@ -2,11 +2,13 @@
 
     python experiments/qa_table.py [experiments/results/qa_small] [--out experiments/results/qa_small.md]
 
-Reads every finished run folder <root>/<memory>/ (metrics.json; scores.jsonl for the
-paired bootstrap). F1, BLEU-1 and the judge are over categories 1-4, as metrics.json's
+Reads every finished run folder <root>/<name>/ (metrics.json; scores.jsonl for the
+paired bootstrap), one row each, named by its folder: <memory> as +experiment=qa_small writes
+them, magma_llm_graph for magma on the LLM-built graph (+experiment=qa_small_llm_graph). F1, BLEU-1 and the judge are over categories 1-4, as metrics.json's
 `overall`; adversarial questions (category 5) are scored apart: LoCoMo's rule (the answer says
 "not mentioned") and the judge. Tokens and seconds are per question, reader and judge apart.
-Below the table: the F1 difference of --compare A B with its paired bootstrap 95 % interval.
+Below the table: the F1 difference of each --compare A B (folder names) with its paired
+bootstrap 95 % interval.
 """
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ from pathlib import Path
 
 from magma_torch.eval.compare import CompareError, paired_difference
 
-ORDER = ("magma", "magma_paper", "magma_no_context", "hybrid_rag", "full_context")
-COMPARE, RESAMPLES, SEED = ("magma", "hybrid_rag"), 10_000, 0     # the published table's bootstrap
+ORDER = ("magma", "magma_llm_graph", "magma_paper", "magma_no_context", "hybrid_rag", "full_context")
+# The published table's bootstraps: retrieval against the baseline, and the LLM-built graph against the heuristic one.
+COMPARE, RESAMPLES, SEED = (("magma", "hybrid_rag"), ("magma_llm_graph", "magma")), 10_000, 0
 COLUMNS = ("memory", "n", "F1", "BLEU-1", "judge", "adversarial: rule / judge", "reader tokens/q: prompt / completion",
            "judge tokens/q: prompt / completion", "s/q: reader + judge", "failed answers")
 
@@ -34,28 +37,28 @@ def cost(block: dict) -> tuple[str, str]:
             number(per.get("seconds"), 1))
 
 
-def row(metrics: dict) -> list[str]:
+def row(name: str, metrics: dict) -> list[str]:
     overall, adversarial = metrics["overall"], metrics["by_category"].get("adversarial", {})
     (reader_tokens, reader_s), (judge_tokens, judge_s) = cost(metrics["answering"]), cost(metrics["judging"])
-    return [metrics["memory"], str(metrics["n_questions"]), number(overall.get("f1")), number(overall.get("bleu1")),
+    return [name, str(metrics["n_questions"]), number(overall.get("f1")), number(overall.get("bleu1")),
             number(overall.get("judge")), f"{number(adversarial.get('f1'))} / {number(adversarial.get('judge'))}",
             reader_tokens, judge_tokens, f"{reader_s} + {judge_s}", str(metrics["answering"]["failed"])]
 
 
-def table(root: Path, compare: tuple[str, str] = COMPARE, resamples: int = RESAMPLES, seed: int = SEED) -> str:
+def table(root: Path, compare: tuple[tuple[str, str], ...] = COMPARE, resamples: int = RESAMPLES,
+          seed: int = SEED) -> str:
     runs = {}
     for path in sorted(root.glob("*/metrics.json")):
         metrics = json.loads(path.read_text())
         if "answering" not in metrics:
             raise CompareError(f"{path.parent}: not a task=qa run")
-        runs[metrics["memory"]] = (path.parent, metrics)
+        runs[path.parent.name] = (path.parent, metrics)
     if not runs:
         raise CompareError(f"{root}: no finished run folder (<memory>/metrics.json) below it")
     names = [m for m in ORDER if m in runs] + sorted(set(runs) - set(ORDER))
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
-    lines += ["| " + " | ".join(row(runs[m][1])) + " |" for m in names]
-    a, b = compare
-    if a in runs and b in runs:
+    lines += ["| " + " | ".join(row(m, runs[m][1])) + " |" for m in names]
+    for a, b in [(a, b) for a, b in compare if a in runs and b in runs]:
         d = paired_difference(runs[a][0], runs[b][0], "f1", resamples, seed)
         lines += ["", f"F1 {a} − {b}: {d['difference']:+.3f}, 95 % interval [{d['low']:+.3f}, {d['high']:+.3f}] "
                       f"(paired bootstrap over the {d['n']} questions of categories 1-4, {resamples:,} resamples, "
@@ -67,12 +70,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", nargs="?", type=Path, default=Path("experiments/results/qa_small"))
     ap.add_argument("--out", type=Path, help="write the table here too")
-    ap.add_argument("--compare", nargs=2, default=COMPARE, metavar=("A", "B"))
+    ap.add_argument("--compare", nargs=2, action="append", metavar=("A", "B"),
+                    help="folders whose F1 difference to bootstrap (repeatable; default: %s)"
+                    % ", ".join(f"{a} {b}" for a, b in COMPARE))
     ap.add_argument("--resamples", type=int, default=RESAMPLES)
     ap.add_argument("--seed", type=int, default=SEED)
     args = ap.parse_args(argv)
     try:
-        text = table(args.root, tuple(args.compare), args.resamples, args.seed)
+        text = table(args.root, tuple(map(tuple, args.compare or COMPARE)), args.resamples, args.seed)
     except CompareError as err:
         print(f"qa_table: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -1,5 +1,6 @@
 """The paired bootstrap (qa_metrics.paired_bootstrap, eval/compare.py) and experiments/qa_table.py
 on small synthetic QA run folders."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,6 +13,9 @@ from magma_torch.eval.compare import CompareError, paired_difference
 from magma_torch.eval.qa_metrics import paired_bootstrap
 
 QA_TABLE = Path(__file__).resolve().parents[1] / "experiments" / "qa_table.py"
+_spec = importlib.util.spec_from_file_location("qa_table", QA_TABLE)
+qa_table = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(qa_table)
 
 
 def test_identical_or_constantly_shifted_scores_have_a_point_interval():
@@ -94,3 +98,18 @@ def test_qa_table_names_an_empty_folder(tmp_path):
     proc = subprocess.run([sys.executable, str(QA_TABLE), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip() == f"qa_table: error: {tmp_path}: no finished run folder " \
                                                            "(<memory>/metrics.json) below it"
+
+
+def test_a_run_of_the_same_memory_on_another_graph_is_its_own_row_and_interval(tmp_path):
+    """+experiment=qa_small_llm_graph: memory magma in folder magma_llm_graph, compared with the heuristic graph's magma."""
+    root = tmp_path / "qa_small"
+    make_run(root, "hybrid_rag", {"q1": 0.5, "q2": 0.25})
+    make_run(root, "magma", {"q1": 1.0, "q2": 0.5})
+    graph = make_run(root, "magma_llm_graph", {"q1": 1.0, "q2": 1.0})
+    metrics = json.loads((graph / "metrics.json").read_text())
+    (graph / "metrics.json").write_text(json.dumps({**metrics, "memory": "magma"}))
+    lines = qa_table.table(root, resamples=1000).splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:5]] == ["| magma", "| magma_llm_graph", "| hybrid_rag"]
+    assert lines[6].startswith("F1 magma − hybrid_rag: +0.375") and lines[8].startswith("F1 magma_llm_graph − magma: +0.250")
+    only = qa_table.table(root, compare=(("magma_llm_graph", "hybrid_rag"),), resamples=1000).splitlines()
+    assert only[-1].startswith("F1 magma_llm_graph − hybrid_rag: +0.625") and len(only) == 7
