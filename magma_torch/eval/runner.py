@@ -227,8 +227,10 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
             m.close()
 
 
-class Terminated(Exception):
-    """SIGTERM (Slurm preemption, scancel, kill) arrived during a run."""
+class Terminated(BaseException):
+    """SIGTERM (Slurm preemption, scancel, kill) arrived during a run. A BaseException, as
+    KeyboardInterrupt is, so that no ``except Exception`` on its way up takes it for a failure:
+    a foreground slow path records a failed batch that way and goes on."""
 
 
 class _Stop:
