@@ -11,7 +11,7 @@ import pytest
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
-from magma_torch.eval.runner import _consolidation_usage
+from magma_torch.eval.runner import Terminated, _consolidation_usage
 from magma_torch.ingest.consolidator import EventView
 from magma_torch.ingest.llm_consolidator import LLMConsolidator, normalise_name
 from magma_torch.llm.base import Generation, Usage
@@ -398,9 +398,11 @@ def test_config_defaults_match_python_defaults():
     params = inspect.signature(LLMConsolidator).parameters
     assert cfg.llm is None
     for k in cfg.keys():
-        if k in ("_target_", "llm"):
+        if k in ("_target_", "llm", "cues"):
             continue
         assert params[k].default == cfg[k], k
+    assert params["cues"].default is None     # None: the schema's CueConfig, the one the YAML holds
+    assert LLMConsolidator(FakeLLM(), cues=cfg.cues).cues == LLMConsolidator(FakeLLM()).cues
 
 
 def test_llm_consolidation_needs_an_llm(emb):
@@ -558,5 +560,44 @@ def test_prompt_v3_names_the_speakers_and_shows_a_worked_example(emb):
             Generation("", parsed={"causal": [], "entities": [{"name": "nursing", "kind": "activity"}]})).entities] \
             == ["activity"]
         assert "speaker" in mem.worker.status[ids[2]][1]                # 'Anna' rejected: a speaker
+        # A v3 causal link quotes the words of n0 that state it, and is kept only when they are there.
+        assert list(llm.schemas[0]["properties"]["causal"]["items"]["properties"])[0] == "words"
+        refs = {"n0": ev(2, TURNS[2][1]), "n1": ev(0, TURNS[0][1])}
+        links = [{"words": "Because the bakery closed", "cause": "n1", "effect": "n0", "confidence": 0.9},
+                 {"words": "so sad", "cause": "n1", "effect": "n0", "confidence": 0.8},
+                 {"words": "I started studying nursing", "cause": "n1", "effect": "n0", "confidence": 0.8}]
+        proposal = mem.consolidator.validate(refs["n0"], refs, Generation("", parsed={"causal": links, "entities": []}))
+        assert [(l.cause, l.effect) for l in proposal.causal] == [(0, 2)]
+        assert proposal.notes == ["rejected causal link 'n1'->'n0': its words 'so sad' are not in n0's text",
+                                  "rejected causal link 'n1'->'n0': its words 'I started studying nursing' state no "
+                                  "reason or result"]
+        # No cue in the words, but the other event asks why: n0 answers it.
+        asked = {"n0": ev(2, "I wanted to help people.", "Anna"), "n1": ev(1, "What made you pick nursing?", "Ben")}
+        link = {"words": "I wanted to help people", "cause": "n1", "effect": "n0", "confidence": 0.9}
+        assert len(mem.consolidator.validate(asked["n0"], asked, Generation("", parsed={"causal": [link]})).causal) == 1
     finally:
+        mem.close()
+
+
+def test_sigterm_stops_a_foreground_consolidation_instead_of_failing_a_batch(emb):
+    """magma-run's SIGTERM handler raises Terminated inside the LLM call; the slow path records an
+    ordinary exception as a failed batch and goes on, but a stopped run must stop."""
+    llm = FakeLLM()
+    generate = llm.generate
+
+    def stop_on_second_batch(prompts, **kw):
+        if len(llm.calls) == 1:
+            raise Terminated("SIGTERM")
+        return generate(prompts, **kw)
+
+    llm.generate = stop_on_second_batch
+    mem = make_mem(emb, llm, batch_size=4)
+    try:
+        ids = add_turns(mem, TURNS)
+        with pytest.raises(Terminated):
+            mem.consolidate()
+        assert llm.calls == [4]
+        assert not any(mem.worker.status[i][0] == "failed" for i in ids)
+    finally:
+        mem.worker.cancel()
         mem.close()

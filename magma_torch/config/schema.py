@@ -342,6 +342,8 @@ class LLMConsolidationConfig(ConsolidationConfig):
     temperature: float = 0.0
     speaker_entity: bool = False      # speakers are event attributes; true restores the old speaker hub nodes
     entities_in_text: bool = True     # an entity name must occur in the event's text
+    # v3: a causal link's quoted words must hold a result or reason cue, or its other event ask a why-question
+    cues: CueConfig = field(default_factory=CueConfig)
     cache: Optional[str] = None       # a JSON-lines file keeping every generation, so a rerun skips the model
                                       # (magma_torch/llm/cache.py); None: no file
 

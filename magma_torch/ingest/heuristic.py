@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 from magma_torch.config.schema import HeuristicConsolidationConfig
 from magma_torch.ingest import nlp
 from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal
+from magma_torch.ingest.cues import CuePatterns, norm
 from magma_torch.ingest.supersession import UpdateTracker
 
 
@@ -128,13 +129,6 @@ _CLAUSE_END = re.compile(r"[.!?;]|,\s*(?:so|but|and|which)\b|\s(?:but|and so)\s|
 _SENT_END = re.compile(r"[.!?]+")
 _LEAD_WORD = re.compile(r"[a-z][a-z']*")
 _LEAD_FILLERS = frozenset("""agree more so too couldn't can't really just totally that's it's true same here""".split())
-# Why-words that make a suggestion, not a question about a reason ("Why not try yoga?").
-_NOT_WHY = re.compile(r"\bwhy (?:not|don't|dont|do not|wouldn't)\b")
-
-
-def _norm(text: str) -> str:
-    """Lower case with curly apostrophes straightened; keeps every character offset."""
-    return text.replace("’", "'").replace("‘", "'").lower()
 
 
 @dataclass
@@ -201,7 +195,7 @@ class HeuristicConsolidator:
         self.min_overlap, self.min_shared, self.lead_words = min_overlap, min_shared, lead_words
         cues = asdict(_DEFAULTS.cues) if cues is None else cues
         self.cues = {k: list(cues.get(k, ())) for k in ("result", "reason", "question", "weak")}
-        self._compile()
+        self._cues = CuePatterns.compile(self.cues)
         self._streams: dict[str, _Stream] = {}
         self._room: dict[int, int] = {}                 # event id -> free entity slots, for events with pending phrases
         self._backfill: list[tuple[int, EntityMention]] = []
@@ -209,23 +203,6 @@ class HeuristicConsolidator:
         # Knowledge updates (conf/supersession/<name>.yaml); None: no supersession links.
         self.supersession = supersession
         self._updates = None if supersession is None else UpdateTracker(supersession)
-
-    def _compile(self) -> None:
-        def rx(cues):
-            plain = [_norm(c) for c in cues if "..." not in c]
-            alt = "|".join(re.escape(c) for c in sorted(set(plain), key=len, reverse=True))
-            return re.compile(rf"(?<![\w']){'(?:' + alt + ')'}(?![\w'])") if plain else None
-
-        self._result = rx(self.cues["result"])
-        self._reason = rx(self.cues["reason"])
-        self._question = rx(self.cues["question"])
-        self._gapped = []
-        for cue in self.cues["reason"]:
-            if "..." in cue:
-                head, tail = (p.strip() for p in _norm(cue).split("...", 1))
-                self._gapped.append((_norm(cue), re.compile(
-                    rf"\b{re.escape(head)}\b(?P<gap>[^.!?;]{{1,120}}?)\b{re.escape(tail)}\b")))
-        self._weak = {_norm(c) for c in self.cues["weak"]}
 
     def _stream(self, name: str) -> _Stream:
         if name not in self._streams:
@@ -320,7 +297,7 @@ class HeuristicConsolidator:
                     "activity" if root.tag_ == "NN" and root.lower_.endswith("ing") and len(root) > 5 else "object")
             if comps:
                 # "self-care", "LGBTQ support group": the compounds as written (lower case) + the head's lemma
-                key = _norm(doc.text[comps[0].idx:root.idx]) + head
+                key = norm(doc.text[comps[0].idx:root.idx]) + head
                 out.append((key, kind, doc.text[comps[0].idx:root.idx + len(root)]))
             if self._noun_ok(root):
                 out.append((head, kind, root.text))
@@ -418,7 +395,7 @@ class HeuristicConsolidator:
     # ------------------------------------------------------------------ causal links
 
     def _parse_view(self, doc) -> _Parsed:
-        low = _norm(doc.text)
+        low = norm(doc.text)
         lemmas, stated, questions, sents = [], set(), [], []
         for s in doc.sents:
             end_char = s.end_char
@@ -453,9 +430,9 @@ class HeuristicConsolidator:
         hits = []
         low = p.low
         found = []
-        if self._reason is not None:
-            found += [(m.start(), m.end(), m.group(0), None) for m in self._reason.finditer(low)]
-        for cue, rx in self._gapped:
+        if self._cues.reason is not None:
+            found += [(m.start(), m.end(), m.group(0), None) for m in self._cues.reason.finditer(low)]
+        for cue, rx in self._cues.gapped:
             found += [(m.start(), m.end(), cue, m.group("gap")) for m in rx.finditer(low)]
         for start, end, cue, gap in sorted(found):
             sent_end = _SENT_END.search(low, end)
@@ -483,14 +460,14 @@ class HeuristicConsolidator:
 
     def _result_hit(self, p: _Parsed, speakers: set[str]) -> str | None:
         """A back-pointing result cue in the turn's lead, in a statement; returns the cue."""
-        if self._result is None:
+        if self._cues.result is None:
             return None
-        for m in self._result.finditer(p.low):
+        for m in self._cues.result.finditer(p.low):
             cue = m.group(0)
             sent_end = _SENT_END.search(p.low, m.end())
             if sent_end and "?" in sent_end.group(0):
                 continue
-            if not self._lead(p, m.start(), speakers, 0 if cue in self._weak else self.lead_words):
+            if not self._lead(p, m.start(), speakers, 0 if cue in self._cues.weak else self.lead_words):
                 return None
             if cue == "so":
                 # Discourse "so" only as "<clause start> so I/we ...".
@@ -518,8 +495,7 @@ class HeuristicConsolidator:
         reasons = self._reason_hits(p)
         # 1. The answer to a why-question of the previous turn.
         asked = (prev.speaker != ev.speaker and prev.speaker is not None and ev.speaker is not None
-                 and self._question is not None
-                 and any(self._question.search(q) and not _NOT_WHY.search(q) for q in pp.questions[-2:])
+                 and any(self._cues.asks_why(q) for q in pp.questions[-2:])
                  and not p.opens_with_question and p.stated)
         if asked:
             cue = reasons[0][0] if reasons else ""
@@ -538,7 +514,7 @@ class HeuristicConsolidator:
                     pick, shared = c, k
                 if c is prev and k:
                     break                 # the previous turn, when it shares a word, is what "that" means
-            weak = cue in self._weak
+            weak = cue in self._cues.weak
             if pick is None and not weak and pp.stated:
                 pick = prev
             if pick is not None:
@@ -559,7 +535,7 @@ class HeuristicConsolidator:
                     pick, score = c, s
             if pick is None or score < self.min_overlap:
                 continue
-            strength = 0.5 if cue in self._weak else 0.8
+            strength = 0.5 if cue in self._cues.weak else 0.8
             add(pick, strength * (0.5 + 0.5 * min(1.0, score)) + (0.1 if asked else 0.0), cue)
         links = sorted(best.values(), key=lambda l: (-l.confidence, -l.cause))
         return links[:self.max_causal_per_event]
@@ -606,7 +582,7 @@ class HeuristicConsolidator:
             st = self._streams.get(stream)
             if st is None:
                 continue
-            text = "\n".join(_norm(e.text) for e in events)
+            text = "\n".join(norm(e.text) for e in events)
             words = set(re.findall(r"[^\W\d_]+", text))
             speakers = {" ".join(e.speaker.split()).lower() for e in events if e.speaker}
             st.lower &= words

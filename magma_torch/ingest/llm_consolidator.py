@@ -38,10 +38,11 @@ import logging
 import numbers
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from magma_torch.config.schema import LLMConsolidationConfig
 from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal, SupersessionLink
+from magma_torch.ingest.cues import CuePatterns
 from magma_torch.llm.cache import CachedLLM
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ _REF = re.compile(r"n(\d{1,4})")
 _MAX_ITEMS_READ = 64        # items of a list in the output that are looked at at all
 _MAX_NOTES = 16             # rejection notes kept per event (then "... and N more")
 _MAX_NAME_CHARS = 80
+_MAX_WORDS_CHARS = 200      # a causal link's quoted words; a grammar that cut a quote short would make it unmatchable
 
 _INTRO = """You maintain the memory of a conversational agent. You are shown one new event (reference n0) \
 and earlier events related to it (references n1, n2, ...), each as [reference] time | speaker: text.
@@ -78,10 +80,11 @@ _V3 = """You maintain the memory of a conversational agent. You are shown one ne
 and earlier events related to it (references n1, n2, ...), each as [reference] time | speaker: text.
 
 Return a JSON object with three lists:
-- "causal": where n0 states a reason or a result, the link to the event it names: "because", "so", \
-"that's why", "since", "made me", "inspired me", "thanks to", or n0 answering an earlier "why" or "what made you" \
-question. Each link is {"cause": reference, "effect": reference, "confidence": number between 0 and 1}; n0 is its \
-cause or its effect, both are references shown, and the cause happens first. Give [] when no reason is stated.
+- "causal": only where n0 itself states a reason or a result in words such as "because", "so", "that's why", \
+"since", "made me", "inspired me", "thanks to", or answers an earlier "why" or "what made you" question: the link \
+to the event it names. Each link is {"words": those few words of n0, copied exactly, "cause": reference, "effect": \
+reference, "confidence": number between 0 and 1}; n0 is its cause or its effect, and the cause happens first. Most \
+events state no reason: give [] for them.
 - "entities": what n0 talks about: people other than the speakers, places, organizations, objects, pets, \
 activities and hobbies, named events. Each is {"name": the words exactly as written in n0, "kind": one of \
 person, place, organization, object, activity, event, other}. Never list the speakers, even where n0 calls \
@@ -96,7 +99,7 @@ Earlier related events:
 [n2] 2023-03-02 10:00 | Dana: My landlord raised the rent again.
 New event:
 [n0] 2023-03-02 10:02 | Dana: That's why I'm moving to Portland, Lee, and I'll adopt a beagle from the Oregon Humane Society.
-Answer: {"causal": [{"cause": "n2", "effect": "n0", "confidence": 0.9}], "entities": [{"name": "Portland", \
+Answer: {"causal": [{"words": "That's why", "cause": "n2", "effect": "n0", "confidence": 0.9}], "entities": [{"name": "Portland", \
 "kind": "place"}, {"name": "beagle", "kind": "object"}, {"name": "Oregon Humane Society", "kind": "organization"}], \
 "supersedes": []}
 """
@@ -115,8 +118,10 @@ class LLMProposal(Proposal):
     notes: list[str] = field(default_factory=list)
 
 
-def output_schema(max_causal: int, max_entities: int, max_supersedes: int | None = None) -> dict:
-    """JSON schema of one answer (with ``max_supersedes``: prompt v2's ``supersedes`` list too).
+def output_schema(max_causal: int, max_entities: int, max_supersedes: int | None = None,
+                  stated_words: bool = False) -> dict:
+    """JSON schema of one answer (with ``max_supersedes``: prompt v2's ``supersedes`` list too;
+    with ``stated_words``, v3's: each causal link first quotes the words of n0 that state it).
     The item limits leave room for links that validation rejects; the validator, not the
     schema, enforces every rule."""
     schema = {
@@ -156,6 +161,10 @@ def output_schema(max_causal: int, max_entities: int, max_supersedes: int | None
         "required": ["causal", "entities"],
         "additionalProperties": False,
     }
+    if stated_words:   # first, so that a model writes the words before it picks the events
+        link = schema["properties"]["causal"]["items"]
+        link["properties"] = {"words": {"type": "string", "maxLength": _MAX_WORDS_CHARS}, **link["properties"]}
+        link["required"] = ["words", *link["required"]]
     if max_supersedes is not None:
         schema["properties"]["supersedes"] = {
             "type": "array",
@@ -168,6 +177,14 @@ def output_schema(max_causal: int, max_entities: int, max_supersedes: int | None
         }
         schema["required"].append("supersedes")
     return schema
+
+
+def _quoted(words, text: str) -> bool:
+    """``words`` is a non-empty string that occurs in ``text`` (case, spacing and apostrophes aside)."""
+    if not isinstance(words, str):
+        return False
+    words = " ".join(words.replace("’", "'").lower().split()).strip(" .,;:!?\"")
+    return bool(words) and words in " ".join(text.replace("’", "'").lower().split())
 
 
 def normalise_name(name: str) -> str:
@@ -196,7 +213,8 @@ class LLMConsolidator:
                  prompt_version: str = _DEFAULTS.prompt_version,
                  max_chars_per_event: int = _DEFAULTS.max_chars_per_event, temperature: float = _DEFAULTS.temperature,
                  speaker_entity: bool = _DEFAULTS.speaker_entity, entities_in_text: bool = _DEFAULTS.entities_in_text,
-                 max_supersedes_per_event: int = _DEFAULTS.max_supersedes_per_event, cache: str | None = _DEFAULTS.cache):
+                 max_supersedes_per_event: int = _DEFAULTS.max_supersedes_per_event, cues: Mapping | None = None,
+                 cache: str | None = _DEFAULTS.cache):
         if llm is None:
             raise ValueError("LLMConsolidator needs an llm (consolidation=llm with an llm config, "
                              "or MagmaMemory(..., llm=...))")
@@ -214,8 +232,12 @@ class LLMConsolidator:
         self.max_chars_per_event = int(max_chars_per_event)
         self.speaker_entity, self.entities_in_text = bool(speaker_entity), bool(entities_in_text)
         self.max_supersedes_per_event = int(max_supersedes_per_event)
+        # v3 asks each causal link for the words of n0 that state it, and keeps it only when they are there.
+        self.stated_words = prompt_version not in ("v1", "v2")
+        self.cues = CuePatterns.compile(asdict(_DEFAULTS.cues) if cues is None else cues)
         self.schema = output_schema(self.max_causal_per_event, self.max_entities_per_event,
-                                    None if prompt_version == "v1" else self.max_supersedes_per_event)
+                                    None if prompt_version == "v1" else self.max_supersedes_per_event,
+                                    self.stated_words)
 
     @property
     def usage(self):
@@ -296,6 +318,8 @@ class LLMConsolidator:
                 continue
             c, e, conf = item.get("cause"), item.get("effect"), item.get("confidence")
             problem = self._link_problem(refs, c, e, conf)
+            if not problem and self.stated_words:
+                problem = self._unstated(refs, c, e, item.get("words"))
             if problem:
                 notes.append(f"rejected causal link {c!r}->{e!r}: {problem}")
                 continue
@@ -345,6 +369,18 @@ class LLMConsolidator:
         if conf < self.min_confidence:
             return f"confidence {conf} below {self.min_confidence}"
         return ""
+
+    def _unstated(self, refs: Mapping[str, EventView], c: str, e: str, words) -> str:
+        """Why a v3 link's quoted words do not state it ("" when they do): they must be n0's, and hold
+        a result or reason cue, unless the link's other event asks the why-question n0 answers."""
+        shown = str(words)[:40]
+        if not _quoted(words, refs["n0"].text):
+            return f"its words {shown!r} are not in n0's text"
+        c, e = c.strip().lower(), e.strip().lower()
+        other = refs[e if c == "n0" else c]
+        if self.cues.states_cause(words) or self.cues.asks_why(other.text):
+            return ""
+        return f"its words {shown!r} state no reason or result"
 
     def _link_problem(self, refs: Mapping[str, EventView], c, e, conf) -> str:
         if not isinstance(c, str) or not isinstance(e, str):
