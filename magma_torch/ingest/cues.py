@@ -47,10 +47,12 @@ class CuePatterns:
                    frozenset(norm(c) for c in cues.get("weak", ())))
 
     def states_cause(self, text: str) -> bool:
-        """``text`` holds a result or reason cue."""
+        """``text`` holds a result or reason cue that is not one of the weak ones ("so" is as often
+        "so inspiring" as "so I left"; the heuristic reads those by their place in the sentence)."""
         low = norm(text)
-        return any(p is not None and p.search(low) for p in (self.result, self.reason)) \
-            or any(rx.search(low) for _, rx in self.gapped)
+        hits = [m.group(0) for p in (self.result, self.reason) if p is not None for m in p.finditer(low)]
+        hits += [cue for cue, rx in self.gapped if rx.search(low)]
+        return any(h not in self.weak for h in hits)
 
     def asks_why(self, text: str) -> bool:
         """``text`` asks for a reason (not "why not ...")."""
