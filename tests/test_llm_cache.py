@@ -111,6 +111,14 @@ def test_cost_sums_what_the_kept_generations_cost(tmp_path):
     assert cost(tmp_path / "none.jsonl")["generations"] == 0
 
 
+def test_the_file_and_its_folder_are_made_on_first_use(tmp_path):
+    path = tmp_path / "run" / "cache.jsonl"
+    cache = CachedLLM(CountingLLM(), path)
+    assert not path.exists() and len(cache) == 0
+    cache.generate(["a"])
+    assert len(path.read_text().splitlines()) == 1
+
+
 def test_close_closes_the_model(tmp_path):
     inner = CountingLLM()
     CachedLLM(inner, tmp_path / "cache.jsonl").close()

@@ -70,6 +70,7 @@ class CachedLLM:
             fresh = dict(zip(missing, gens))
             with self._lock:
                 if new:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
                     with self.path.open("a", encoding="utf-8") as f:
                         append_synced(f, new)
                     self._lines.update((line["key"], line) for line in new)
