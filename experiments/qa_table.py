@@ -4,9 +4,10 @@
 
 Reads every finished run folder <root>/<name>/ (metrics.json; scores.jsonl for the
 paired bootstrap), one row each, named by its folder: <memory> as +experiment=qa_small writes
-them, magma_llm_graph for magma on the LLM-built graph (+experiment=qa_small_llm_graph). F1, BLEU-1 and the judge are over categories 1-4, as metrics.json's
-`overall`; adversarial questions (category 5) are scored apart: LoCoMo's rule (the answer says
-"not mentioned") and the judge. Tokens and seconds are per question, reader and judge apart.
+them, magma_llm_graph for magma on the LLM-built graph (+experiment=qa_small_llm_graph).
+F1, BLEU-1 and the judge are over categories 1-4, as metrics.json's `overall`; adversarial
+questions (category 5) are scored apart: LoCoMo's rule (the answer says "not mentioned") and
+the judge. Tokens and seconds are per question, reader and judge apart.
 Below the table: the F1 difference of each --compare A B (folder names) with its paired
 bootstrap 95 % interval.
 """

@@ -179,17 +179,22 @@ def output_schema(max_causal: int, max_entities: int, max_supersedes: int | None
     return schema
 
 
+def _plain(text: str) -> str:
+    """Lower case, straight apostrophes, whitespace collapsed: how names and quotes are matched to text."""
+    return " ".join(text.replace("’", "'").lower().split())
+
+
 def _quoted(words, text: str) -> bool:
     """``words`` is a non-empty string that occurs in ``text`` (case, spacing and apostrophes aside)."""
     if not isinstance(words, str):
         return False
-    words = " ".join(words.replace("’", "'").lower().split()).strip(" .,;:!?\"")
-    return bool(words) and words in " ".join(text.replace("’", "'").lower().split())
+    words = _plain(words).strip(" .,;:!?\"")
+    return bool(words) and words in _plain(text)
 
 
 def normalise_name(name: str) -> str:
     """Canonical entity key: lowercase, whitespace collapsed, outer quotes/punctuation stripped."""
-    name = " ".join(name.replace("’", "'").lower().split())
+    name = _plain(name)
     name = name.strip(" \t\"'`.,;:!?()[]{}<>*_-")
     if name.endswith("'s"):
         name = name[:-2].rstrip()
@@ -419,7 +424,7 @@ class LLMConsolidator:
         if not isinstance(items, list):
             notes.append("rejected entities: not a list")
             items = []
-        text = " ".join(ev.text.replace("’", "'").lower().split())
+        text = _plain(ev.text)
         for item in items[:_MAX_ITEMS_READ]:
             name = item.get("name") if isinstance(item, dict) else None
             if not isinstance(name, str):
