@@ -44,7 +44,9 @@ def test_schema_constrained_generation_is_valid(llamacpp):
         jsonschema.validate(g.parsed, SCHEMA)
 
 
-def test_server_killed_mid_run_gives_failed_items_and_close_stops_it():
+def test_server_killed_mid_run_stops_generation_and_close_stops_it():
+    from magma_torch.llm.base import LLMUnavailable
+
     cfg = {"_target_": "magma_torch.llm.llamacpp_backend.LlamaCppBackend", "name": "llamacpp", "n_ctx": 512,
            "max_retries": 1, "backoff_s": 0.05, "timeout_s": 20}
     b = build_llm(cfg)
@@ -52,18 +54,22 @@ def test_server_killed_mid_run_gives_failed_items_and_close_stops_it():
     assert b.generate(["Say hi."], max_tokens=4)[0].error is None
     proc.kill()
     proc.wait(10)
+    # the openai client alone (a remote server may come back) fails the items, and fast: the first tries
+    # twice (max_retries=1, one backoff), finds the server gone, and the other two are skipped unsent
     posts, backoffs = [], []
     real_post = b.client._client.post
     b.client._client.post = lambda url, **kw: posts.append(url) or real_post(url, **kw)
     b.client._sleep = backoffs.append                    # record the backoffs instead of sleeping them
-    gens = b.generate(["a", "b", "c"], max_tokens=4)
+    gens = b.client.generate(["a", "b", "c"], max_tokens=4)
     assert all(g.error and g.text == "" for g in gens)
     assert b.usage.failures == 3
-    # fails fast: the first item tries twice (max_retries=1, one backoff), finds the server gone, and
-    # the other two are skipped without a request
     assert gens[0].error.startswith("after 2 attempts: connection error: ")
     assert all(g.error.startswith(f"skipped: {b.url} unreachable") for g in gens[1:])
     assert len(posts) == 2 and backoffs == [0]
+    # the backend knows its own server is dead, so it stops the run in one line instead
+    with pytest.raises(LLMUnavailable, match=r"exited with status -9 \(log .*llamacpp-server-"):
+        b.generate(["d"], max_tokens=4)
+    assert len(posts) == 2
     b.close()
     assert proc.poll() is not None
 

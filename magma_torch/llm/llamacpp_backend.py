@@ -74,8 +74,9 @@ class LlamaCppServer:
                "--n_gpu_layers", str(int(n_gpu_layers))]
         if chat_format:
             cmd += ["--chat_format", chat_format]
-        if n_threads:
-            cmd += ["--n_threads", str(int(n_threads))]
+        # llama-cpp-python's own default is half the cores (it assumes SMT pairs): one thread on a
+        # 2-vCPU VM. A local server is the run's main work, so it gets every core it may use.
+        cmd += ["--n_threads", str(int(n_threads or len(os.sched_getaffinity(0))))]
         cmd += list(extra_args)
         if log_path is None:
             fd, log_path = tempfile.mkstemp(prefix="llamacpp-server-", suffix=".log")
@@ -121,6 +122,13 @@ class LlamaCppServer:
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def require_alive(self) -> None:
+        """Raise, naming the exit status and the log, once the server process has ended: unlike a
+        remote server that may come back, a dead local one fails every later request."""
+        if not self.alive:
+            raise LLMUnavailable(f"llamacpp backend: server for {self.model_path} exited with status "
+                                 f"{self.proc.returncode} (log {self.log_path}): {self._tail()}")
 
     def stop(self, grace_s: float = 10.0) -> None:
         if self.proc.poll() is None:
@@ -174,7 +182,10 @@ class LlamaCppBackend:
 
     def generate(self, prompts: Sequence[Prompt], schema: dict | type | None = None, max_tokens: int = 256,
                  temperature: float = 0.0) -> list[Generation]:
-        return self.client.generate(prompts, schema=schema, max_tokens=max_tokens, temperature=temperature)
+        self.server.require_alive()
+        gens = self.client.generate(prompts, schema=schema, max_tokens=max_tokens, temperature=temperature)
+        self.server.require_alive()
+        return gens
 
     def close(self) -> None:
         self.client.close()
