@@ -9,6 +9,8 @@ events whose generation the file held. Prints Markdown: per memory, the causal l
 mentions and knowledge updates the model proposed and those kept; the rejection reasons,
 counted; what the kept generations cost (tokens and seconds per event, as they were made); and
 a seeded sample of kept causal links, cause and effect side by side, for a person to judge.
+``--against FOLDER`` puts the counts of another run's graph of the same conversations beside them
+(one that needs no model, such as the heuristic graph of experiments/results/qa_small/magma).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import argparse
 import collections
 import random
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -23,6 +26,7 @@ from omegaconf import OmegaConf
 from magma_torch import MagmaMemory
 from magma_torch.eval.datasets import load_dataset, select_samples
 from magma_torch.eval.runner import records
+from magma_torch.ingest.llm_consolidator import LLMConsolidator
 from magma_torch.llm.base import Generation, Usage
 from magma_torch.llm.cache import CachedLLM, cost
 from magma_torch.text.embedder import Embedder
@@ -71,16 +75,49 @@ def reason_class(note: str) -> str:
     return f"{what}: {_NUMBER.sub('N', _QUOTED.sub('X', why))}"
 
 
-def audit(folder: Path, sample: int, seed: int, data: str | None) -> str:
+@dataclass
+class Graph:
+    """What one memory's consolidation left: its causal links, mentions, entities and updates."""
+
+    causal: list[tuple[int, int, float]]
+    mentions: int
+    entities: int
+    updates: int
+    status: list[tuple[str, str]]
+    texts: dict[int, tuple[str, str]]
+
+
+def built_graph(memory_cfg, consolidation, sample, embedder: Embedder, llm=None) -> Graph:
+    with MagmaMemory(memory_cfg, consolidation, namespace=sample.sample_id, embedder=embedder, llm=llm) as mem:
+        ids = mem.add_many(records(sample))
+        mem.consolidate()
+        rows = mem.store.events.rows
+        return Graph(causal=list(zip(*(t.tolist() for t in mem.store.graph.edges("causal")))),
+                     mentions=mem.store.graph.num_edges("entity"), entities=len(mem.store.entities),
+                     updates=mem.store.graph.num_edges("supersedes"), status=mem.worker.statuses(ids),
+                     texts={i: (rows[i].speaker, rows[i].text) for i in range(len(rows))})
+
+
+def _run_config(folder: Path, data: str | None):
     cfg = OmegaConf.load(folder / "config.yaml")
     cfg.out_dir = str(folder)
     if data:
         cfg.dataset.path = data
+    return cfg
+
+
+def audit(folder: Path, sample: int, seed: int, data: str | None, against: Path | None = None) -> str:
+    cfg = _run_config(folder, data)
     cache = Path(cfg.consolidation.cache)
     d = cfg.dataset
     samples = select_samples(load_dataset(d.name, d.get("path")), d.get("limit"), d.get("sample_ids"), d.get("shard"))
     consolidation = OmegaConf.to_container(cfg.consolidation, resolve=True)
     consolidation["cache"] = None            # the Recorder holds the cache, so it sees each generation
+    other = _run_config(against, data) if against else None
+    other_kind = other.consolidation._target_.rsplit(".", 1)[-1] if other else None
+    if other_kind == LLMConsolidator.__name__:
+        raise SystemExit(f"--against {against}: its graph needs a model ({other_kind}); name a folder whose graph "
+                         "needs none")
     embedder = Embedder(**OmegaConf.to_container(cfg.memory.embedder, resolve=True))
     out = [f"# The LLM-built graph of `{folder}`", ""]
     c = cost(cache)
@@ -91,31 +128,32 @@ def audit(folder: Path, sample: int, seed: int, data: str | None) -> str:
     links = []
     for s in samples:
         rec = Recorder(CachedLLM(ReplayOnly(cfg.llm.name), cache))
-        with MagmaMemory(cfg.memory, consolidation, namespace=s.sample_id, embedder=embedder, llm=rec) as mem:
-            ids = mem.add_many(records(s))
-            mem.consolidate()
-            status = mem.worker.statuses(ids)
-            causal = list(zip(*(t.tolist() for t in mem.store.graph.edges("causal"))))
-            mentions = mem.store.graph.edges("entity")[0].numel()
-            updates = mem.store.graph.edges("supersedes")[0].numel()
-            rows = mem.store.events.rows
-            texts = {i: (rows[i].speaker, rows[i].text) for i in range(len(rows))}
-        replayed = [st for st in status if st[1] != f"llm generation failed: {NOT_KEPT}"]
+        g = built_graph(cfg.memory, consolidation, s, embedder, llm=rec)
+        replayed = [st for st in g.status if st[1] != f"llm generation failed: {NOT_KEPT}"]
         failed = collections.Counter(st[1] for st in replayed if st[0] == "failed")
         reasons = collections.Counter(reason_class(note) for kind, notes in replayed if kind == "consolidated"
                                       for note in notes.split("; ") if note)
         proposed = {k: sum(len(p.get(k) or []) for p in rec.parsed) for k in ("causal", "entities", "supersedes")}
         n = len(replayed)
-        out += ["", f"## `{s.sample_id}`: {n} of {len(ids)} events replayed from the cache", "",
-                "| | proposed | kept |", "| --- | --- | --- |",
-                f"| causal links | {proposed['causal']} | {len(causal)} ({1000 * len(causal) / max(n, 1):.1f} per 1,000 "
-                "turns) |",
-                f"| entity mentions | {proposed['entities']} | {mentions} event–entity edges |",
-                f"| knowledge updates | {proposed['supersedes']} | {updates} |", "",
+        rows = [("causal links", proposed["causal"], f"{len(g.causal)} ({1000 * len(g.causal) / max(n, 1):.1f} per "
+                 "1,000 turns)"),
+                ("event–entity edges", f"{proposed['entities']} mentions", g.mentions),
+                ("entity nodes", "", g.entities),
+                ("knowledge updates", proposed["supersedes"], g.updates)]
+        head, rule = "| | proposed | kept |", "| --- | --- | --- |"
+        if other is not None:
+            # the other folder's graph over the same turns (all of them, while this one may be cut short)
+            h = built_graph(other.memory, OmegaConf.to_container(other.consolidation, resolve=True), s, embedder)
+            theirs = [f"{len(h.causal)} ({1000 * len(h.causal) / len(h.status):.1f} per 1,000 turns)", h.mentions,
+                      h.entities, h.updates]
+            rows = [(*r, t) for r, t in zip(rows, theirs)]
+            head, rule = head + f" `{against.name}` ({other_kind}) |", rule + " --- |"
+        out += ["", f"## `{s.sample_id}`: {n} of {len(g.status)} events replayed from the cache", "", head, rule,
+                *("| " + " | ".join(map(str, r)) + " |" for r in rows), "",
                 f"Events failed: {sum(failed.values())}" + "".join(f"; {k} ({v})" for k, v in failed.most_common()),
                 "", "| rejection reason | count |", "| --- | --- |",
                 *(f"| {r} | {k} |" for r, k in reasons.most_common())]
-        links += [(s.sample_id, cause, effect, conf, texts) for cause, effect, conf in causal]
+        links += [(s.sample_id, cause, effect, conf, g.texts) for cause, effect, conf in g.causal]
     picked = sorted(random.Random(seed).sample(range(len(links)), min(sample, len(links))))
     out += ["", f"## {len(picked)} kept causal links (seed {seed}), for a person to judge", ""]
     for k, i in enumerate(picked, 1):
@@ -133,9 +171,12 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default=None, help="the dataset file, where it is not at the config's dataset.path")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="a run folder of the same conversations whose graph needs no model (e.g. the heuristic "
+                         "graph of experiments/results/qa_small/magma): its link counts go beside these")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    text = audit(args.folder, args.sample, args.seed, args.data)
+    text = audit(args.folder, args.sample, args.seed, args.data, args.against)
     if args.out:
         args.out.write_text(text)
     print(text, end="")

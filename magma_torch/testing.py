@@ -16,6 +16,7 @@ into failures at set-up.
 import importlib.util
 import os
 import shutil
+import sys
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -26,6 +27,16 @@ REQUIRE_ALL = "MAGMA_REQUIRE_ALL"     # set to 1 by `make test`
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 with_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (expected on a CPU-only machine)")
+
+
+def experiment_script(path: Path):
+    """Import a script of a source checkout's ``experiments/`` as a module (registered in
+    ``sys.modules``, which its dataclasses need)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def with_devices(fn):

@@ -1,7 +1,6 @@
 """mem.graph: the live multigraph as a zero-copy PyG HeteroData, and a PyG model run on it."""
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from magma_torch.eval.datasets import load_demo
 from magma_torch.eval.runner import records
 from magma_torch.ingest import bulk
 from magma_torch.store.graph import EDGE_TYPES, REVERSED
+from magma_torch.testing import experiment_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,9 +97,7 @@ def test_hetero_data_is_a_snapshot_later_adds_leave_alone():
 def test_pyg_hetero_example_runs_a_hetero_graphsage_on_mem_graph(capsys):
     """experiments/pyg_hetero_example.py: to_hetero(GraphSAGE) gives every node of every type an
     embedding of the requested width, and the output depends on the edges."""
-    spec = importlib.util.spec_from_file_location("pyg_hetero_example", ROOT / "experiments" / "pyg_hetero_example.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = experiment_script(ROOT / "experiments" / "pyg_hetero_example.py")
     out = example.main(["--hidden", "16", "--layers", "2"])
     printed = capsys.readouterr().out
     assert "HeteroData" in printed and "nearest by GNN embedding" in printed

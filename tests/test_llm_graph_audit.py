@@ -1,7 +1,6 @@
 """experiments/llm_graph_audit.py: an LLM-built graph replayed from a run folder's consolidation cache, no model."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,10 @@ from magma_torch import MagmaMemory
 from magma_torch.eval.datasets import load_demo
 from magma_torch.eval.runner import records
 from magma_torch.text.embedder import Embedder
+from magma_torch.testing import experiment_script
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("llm_graph_audit", ROOT / "experiments" / "llm_graph_audit.py")
-audit_module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(audit_module)
+audit_module = experiment_script(ROOT / "experiments" / "llm_graph_audit.py")
 
 FRAME = "Slowly! I finally finished the strongback frame in my garage last Friday, so now I can start putting the cedar strips on."
 WARPED = "Yeah, the first one was warped because I built it on an uneven floor. That's why I had to start over."
@@ -55,7 +53,8 @@ def test_the_audit_replays_the_graph_from_the_cache_alone(folder):
     text = audit_module.audit(path, sample=5, seed=0, data=None)
     assert f"{n} of {n} events replayed from the cache" in text
     assert "| causal links | 1 | 1 (" in text
-    assert f"| entity mentions | {n + garage} | {garage} event–entity edges |" in text   # 'unicorn' in none
+    assert f"| event–entity edges | {n + garage} mentions | {garage} |" in text   # 'unicorn' in none
+    assert "| entity nodes |  | 1 |" in text                                      # garage
     assert f"| entity: not in the event's text | {n} |" in text       # 'unicorn', rejected each time
     assert f"   - cause: Tomás: {FRAME}" in text and f"   - effect: Tomás: {WARPED}" in text
     assert f"{n} generations" in text
@@ -77,3 +76,22 @@ def test_reason_classes_drop_the_particulars():
     assert audit_module.reason_class("rejected causal link 12->3: below 0.5") == "causal: below N"
     assert audit_module.reason_class("rejected causal link 'n9'->'n0': 'n9' is not a node of this prompt") \
         == "causal: X is not a node of this prompt"
+
+
+def test_against_puts_the_heuristic_graph_of_the_same_turns_beside_it(folder, tmp_path_factory):
+    path, n, garage = folder
+    other = tmp_path_factory.mktemp("heuristic")
+    cfg = OmegaConf.load(path / "config.yaml")
+    with initialize_config_module("magma_torch.conf", version_base=None):
+        cfg.consolidation = compose("config", overrides=["consolidation=heuristic"]).consolidation
+    OmegaConf.save(cfg, other / "config.yaml")
+    sample = load_demo()[0]
+    h = audit_module.built_graph(cfg.memory, OmegaConf.to_container(cfg.consolidation, resolve=True), sample,
+                                 Embedder(device="cpu"))
+    assert h.mentions > garage and h.entities > 1          # spaCy finds more than the scripted model
+    text = audit_module.audit(path, sample=5, seed=0, data=None, against=other)
+    assert f"| | proposed | kept | `{other.name}` (HeuristicConsolidator) |" in text
+    assert f"| event–entity edges | {n + garage} mentions | {garage} | {h.mentions} |" in text
+    assert f"| causal links | 1 | 1 ({1000 / n:.1f} per 1,000 turns) | {len(h.causal)} (" in text
+    with pytest.raises(SystemExit, match="needs a model"):
+        audit_module.audit(path, sample=5, seed=0, data=None, against=path)

@@ -1,19 +1,17 @@
 """Every table README.md and BENCHMARKS.md publish equals what its committed result files give
 (experiments/published.py, `make results`), so a figure edited by hand or a stale table fails."""
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from magma_torch.testing import experiment_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def published():
-    spec = importlib.util.spec_from_file_location("published", ROOT / "experiments" / "published.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment_script(ROOT / "experiments" / "published.py")
 
 
 def test_every_published_table_equals_its_files(published):

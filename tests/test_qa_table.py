@@ -1,6 +1,5 @@
 """The paired bootstrap (qa_metrics.paired_bootstrap, eval/compare.py) and experiments/qa_table.py
 on small synthetic QA run folders."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,11 +10,10 @@ import pytest
 
 from magma_torch.eval.compare import CompareError, paired_difference
 from magma_torch.eval.qa_metrics import paired_bootstrap
+from magma_torch.testing import experiment_script
 
 QA_TABLE = Path(__file__).resolve().parents[1] / "experiments" / "qa_table.py"
-_spec = importlib.util.spec_from_file_location("qa_table", QA_TABLE)
-qa_table = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(qa_table)
+qa_table = experiment_script(QA_TABLE)
 
 
 def test_identical_or_constantly_shifted_scores_have_a_point_interval():

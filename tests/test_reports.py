@@ -1,5 +1,4 @@
 """experiments/report.py on small synthetic run folders: the paper's tables as Markdown and PNG."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -7,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from magma_torch.testing import experiment_script
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "experiments" / "report.py"
@@ -112,9 +113,7 @@ def test_folder_without_runs_is_one_line(tmp_path):
 
 
 def test_first_difference_of_two_rankings(tmp_path):
-    spec = importlib.util.spec_from_file_location("first_difference", REPORT.parent / "first_difference.py")
-    fd = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fd)
+    fd = experiment_script(REPORT.parent / "first_difference.py")
     assert fd.first_difference(["a", "b", "c"], ["a", "b", "c"]) is None
     assert fd.first_difference(["a", "b", "c"], ["a", "x", "c"]) == 1
     assert fd.first_difference(["a", "b"], ["a", "b", "c"]) == 2
