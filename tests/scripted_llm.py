@@ -13,7 +13,8 @@ class ScriptedLLM:
     """``mode="reader"``: answers "Not mentioned in the conversation." to questions containing
     ``abstain_on`` and "<first word of the question> answer" otherwise. ``mode="judge"``:
     returns {"verdict": 1} when the generated answer abstains, else 0. Items whose prompt
-    contains ``fail_on`` fail with an error; ``garble_on`` returns unparsable text."""
+    contains ``fail_on`` fail with an error; ``garble_on`` returns unparsable text. A chat prompt
+    (a list of messages: LLM consolidation) proposes nothing, or fails on ``fail_on`` likewise."""
 
     def __init__(self, mode: str = "reader", fail_on: str | None = None, garble_on: str | None = None,
                  abstain_on: str | None = None, name: str = "scripted"):
@@ -27,7 +28,12 @@ class ScriptedLLM:
         self.usage.record(gens)
         return gens
 
-    def _one(self, prompt: str) -> Generation:
+    def _one(self, prompt) -> Generation:
+        if isinstance(prompt, list):
+            prompt = "\n".join(m["content"] for m in prompt)
+            if not (self.fail_on and self.fail_on in prompt):
+                empty = {"causal": [], "entities": [], "supersedes": []}
+                return Generation(str(empty), empty, len(prompt.split()), 9)
         n_in = len(prompt.split())
         if self.fail_on and self.fail_on in prompt:
             return Generation("", prompt_tokens=n_in, error="scripted failure")

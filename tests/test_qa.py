@@ -1,6 +1,7 @@
 """task=qa plumbing with ScriptedLLM (tests/scripted_llm.py): prompt by predicted intent,
 batching, failure rows, judge, cost accounting, full_context truncation."""
 import json
+import logging
 import subprocess
 import sys
 from datetime import datetime
@@ -197,6 +198,20 @@ def test_a_run_that_needs_an_llm_fails_fast_in_one_line_without_one(tmp_path, ne
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"magma-run: error: {needs} needs an llm") and "Traceback" not in proc.stderr
     assert_no_run(out)
+
+
+def test_a_run_counts_and_names_the_events_whose_consolidation_failed(tmp_path, caplog):
+    out = tmp_path / "run"
+    cfg = qa_config(out, "consolidation=llm", "memory.slow_path.background=false", "memory.slow_path.batch_size=4")
+    # every consolidation prompt shows the new event as "reference n0", and no answer prompt does
+    cfg.llm = {"_target_": "scripted_llm.ScriptedLLM", "fail_on": "reference n0"}
+    with caplog.at_level(logging.WARNING, logger="magma_torch.run"):
+        metrics = run(cfg, out)
+    events = metrics["build"]["events"]
+    assert events > 0 and metrics["build"]["consolidation_failed"] == events
+    assert f"demo-1: {events} of {events} events failed consolidation (first: llm generation failed: " \
+        "scripted failure)" in caplog.text
+    assert metrics["answering"]["failed"] == 0
 
 
 def qa_config(out, *overrides):

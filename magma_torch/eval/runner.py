@@ -266,9 +266,13 @@ def interruptible():
 def _sample_build(sample: Sample, mem: MagmaMemory, fast_path_s: float, consolidation_s: float, usage: dict) -> dict:
     """One memory's line of samples.jsonl: what building it cost and produced."""
     stats = mem.stats()
+    failed = [reason for status, reason in mem.worker.statuses(range(stats["events"])) if status == "failed"]
+    if failed:
+        log.warning("%s: %d of %d events failed consolidation (first: %s)", sample.sample_id, len(failed),
+                    stats["events"], failed[0])
     return {"sample_id": sample.sample_id, "events": stats["events"], "entities": stats["entities"],
             "edges": dict(stats["edges"]), "fast_path_s": fast_path_s, "consolidation_s": consolidation_s,
-            **{f"llm_{k}": v for k, v in usage.items()}}
+            "consolidation_failed": len(failed), **{f"llm_{k}": v for k, v in usage.items()}}
 
 
 def _build_and_retrieve(cfg: DictConfig, sample: Sample, mem: MagmaMemory, qs: list, bar: tqdm) -> tuple[dict, list]:
@@ -303,14 +307,17 @@ def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: i
             selected.add(sample.sample_id)
             if sample.sample_id in folder.builds:
                 continue  # finished by an earlier attempt in this folder
-            qs = [q for q in sample.questions if q.question_id not in done]
             with MagmaMemory(mem_cfg, cfg.consolidation, namespace=sample.sample_id, embedder=embedder,
                              **({"llm": consolidation_llm} if consolidation_llm is not None else {})) as mem:
                 try:
-                    build, results = _build_and_retrieve(cfg, sample, mem, qs, bar)
+                    # every question in one batch, as in an attempt that was never stopped: batched
+                    # float kernels may round by batch size, and a near tie would then flip on resume
+                    build, results = _build_and_retrieve(cfg, sample, mem, sample.questions, bar)
                 except BaseException:
                     mem.worker.cancel()  # the memory is thrown away: closing it must not consolidate the rest
                     raise
+            todo = [i for i, q in enumerate(sample.questions) if q.question_id not in done]
+            qs, results = [sample.questions[i] for i in todo], [results[i] for i in todo]
             rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
             if reader is not None:
                 # answered and flushed a chunk at a time: a stopped run keeps every finished chunk
@@ -347,8 +354,11 @@ def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader,
                          "llm_tokens": total("llm_prompt_tokens") + total("llm_completion_tokens"),
                          "llm_prompt_tokens": total("llm_prompt_tokens"),
                          "llm_completion_tokens": total("llm_completion_tokens")}}
-    if any("llm_cache_hits" in b for b in builds):   # consolidation.cache: generations its file gave back
-        metrics["build"]["llm_cache_hits"] = sum(b.get("llm_cache_hits", 0) for b in builds)
+    # counted where the build lines have them: consolidation.cache's hits, and the events whose
+    # consolidation failed (lines written before that count existed lack it)
+    for key in ("llm_cache_hits", "consolidation_failed"):
+        if any(key in b for b in builds):
+            metrics["build"][key] = sum(b.get(key, 0) for b in builds)
     abstention = [r for r in rows if r.get("abstention")]
     if abstention:
         metrics["abstention"] = summarise(abstention, cfg.task, keys)
