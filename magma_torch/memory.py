@@ -22,7 +22,7 @@ from magma_torch.ingest.episodes import assign_episodes
 from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.answer_format import format_answer
 from magma_torch.llm.base import LLM
-from magma_torch.llm.prompts import answer_prompt
+from magma_torch.llm.prompts import DEFAULT_ANSWER_PROMPT, answer_prompt, check_answer_prompt
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.retriever import Retrieval, Retriever
 from magma_torch.store import durable as durability
@@ -292,15 +292,17 @@ class MagmaMemory:
         return self.retriever.retrieve_batch(self.store.snapshot(), questions, times, budget_tokens)
 
     def answer(self, question: str, llm: LLM, query_time=None, max_tokens: int = 128,
-               dates: str = "words") -> tuple[str, Retrieval]:
+               dates: str = "words", prompt: str = DEFAULT_ANSWER_PROMPT) -> tuple[str, Retrieval]:
         """Retrieve for ``question`` and let ``llm`` answer from the context with the prompt of
         the predicted intent. Returns (answer text, retrieval), the answer's ISO dates written in
         the style ``dates`` (``magma_torch.llm.answer_format``: "words" or "as_written"); raises
-        ``AnswerError`` (a RuntimeError) when the generation failed."""
+        ``AnswerError`` (a RuntimeError) when the generation failed. ``prompt`` is the answer
+        prompt's version (``magma_torch.llm.prompts.ANSWER_PROMPTS``)."""
+        check_answer_prompt(prompt)
         format_answer("", dates)
         r = self.retrieve(question, query_time)
         t = query_time if query_time is None or isinstance(query_time, datetime) else parse_timestamp(query_time)
-        g = llm.generate([answer_prompt(question, r.context, r.intent, t)], max_tokens=max_tokens,
+        g = llm.generate([answer_prompt(question, r.context, r.intent, t, prompt)], max_tokens=max_tokens,
                          temperature=0.0)[0]
         if g.error is not None:
             raise AnswerError(f"answer generation failed: {g.error}")

@@ -10,6 +10,7 @@ BUILTIN_BASE = {
     "NamespaceError": ValueError, "UnknownNamespaceError": FileNotFoundError,
     "NamespaceNotEmptyError": FileExistsError, "StoreInUseError": RuntimeError, "StoreMismatchError": ValueError,
     "ReadOnlyError": RuntimeError, "NoStoreDirError": ValueError, "LLMUnavailable": RuntimeError,
+    "UnknownPromptError": ValueError,
     "OutputError": ValueError, "ModelError": RuntimeError, "ExplainError": ValueError, "ScreenshotError": RuntimeError,
     "DatasetError": ValueError, "ConfigError": ValueError, "CompareError": ValueError, "RunFolderError": ValueError,
     "AggregateError": ValueError, "OverrideError": ValueError, "TrackerError": RuntimeError,

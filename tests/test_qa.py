@@ -17,7 +17,7 @@ from magma_torch.eval.datasets.base import Question
 from magma_torch.eval.prompts import JUDGE_PROMPT_VERSION, JUDGE_SCHEMA
 from magma_torch.eval.qa import Answer, answer_questions, judge_answers
 from magma_torch.eval.runner import run
-from magma_torch.llm.prompts import INTENT_INSTRUCTIONS, NOT_MENTIONED
+from magma_torch.llm.prompts import ANSWER_PROMPTS, INTENT_INSTRUCTIONS, NOT_MENTIONED, UnknownPromptError
 from magma_torch.testing import assert_no_run
 from magma_torch.text.embedder import Embedder
 from scripted_llm import ScriptedLLM
@@ -67,6 +67,37 @@ def test_prompt_uses_the_predicted_intent_not_the_dataset_category(emb):
         text, r = mem.answer("Why did Jo start painting?", reader)
         assert text == "Why answer" and r.intent == "WHY"
         assert INTENT_INSTRUCTIONS["WHY"] in reader.calls[-1]["prompts"][0]
+
+
+def test_answer_prompt_v3_adds_its_rules_and_a_bad_version_fails_before_the_reader(emb):
+    v2_template, v2 = ANSWER_PROMPTS["magma-answer-v2"]
+    _, v3 = ANSWER_PROMPTS["magma-answer-v3"]
+    assert v3["WHY"] == v2["WHY"] and v3["WHEN"].startswith(v2["WHEN"]) and '"2022"' in v3["WHEN"]
+    with memory(emb) as mem:
+        qs = [Question("s/q0", "When did Jo adopt Max?", "1 June 2023", ("D1:3",), "single-hop", None)]
+        rs = mem.retrieve_batch([q.question for q in qs])
+        reader = ScriptedLLM()
+        answer_questions(rs, qs, reader, prompt="magma-answer-v3")
+        text = reader.calls[0]["prompts"][0]
+        assert '"Likely yes" or "Likely no"' in text and v3["WHEN"] in text and rs[0].context in text
+        answer_questions(rs, qs, reader)                                   # the default stays v2
+        assert "Likely yes" not in reader.calls[1]["prompts"][0] and v2["WHEN"] in reader.calls[1]["prompts"][0]
+        for call in (lambda: answer_questions(rs, qs, reader, prompt="magma-answer-v9"),
+                     lambda: mem.answer("When did Jo adopt Max?", reader, prompt="magma-answer-v9")):
+            with pytest.raises(UnknownPromptError, match=r"unknown answer prompt 'magma-answer-v9' "
+                                                         r"\(task.answer_prompt; known: magma-answer-v2, "):
+                call()
+        assert len(reader.calls) == 2
+
+
+def test_a_run_with_an_unknown_answer_prompt_fails_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "task=qa", "dataset=demo", "llm=llamacpp",
+                           "task.answer_prompt=v9", f"out_dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("magma-run: error: unknown answer prompt 'v9' (task.answer_prompt")
+    assert_no_run(out)
 
 
 def test_failed_answer_is_recorded_and_judged_wrong_without_a_call():

@@ -16,6 +16,7 @@ from magma_torch.config.resolve import ConfigError, consolidation_config, memory
 from magma_torch.errors import MagmaError
 from magma_torch.eval.datasets import check_limit
 from magma_torch.eval.overrides import OverrideError, check_overrides
+from magma_torch.llm.prompts import check_answer_prompt
 
 # The config groups magma-run composes (conf/ also holds magma-bench's and the intent trainer's),
 # each with what it chooses; `magma-run --help` lists these (conf/config.yaml, hydra.help).
@@ -53,6 +54,8 @@ def check_run_config(cfg: DictConfig) -> None:
     for needed, what in ((qa, "task=qa"), (consolidates_with_reader(cfg), "consolidation=llm")):
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
+    if qa:
+        check_answer_prompt(cfg.task.get("answer_prompt"))
     if qa and not (isinstance(cfg.task.get("answer_chunk"), int) and cfg.task.answer_chunk >= 1):
         raise ConfigError(f"task.answer_chunk must be a whole number >= 1, got {cfg.task.get('answer_chunk')!r}")
     check_limit(cfg.dataset.get("limit"))   # before the dataset is read

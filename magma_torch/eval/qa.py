@@ -17,7 +17,7 @@ from magma_torch.eval.prompts import JUDGE_SCHEMA, judge_prompt
 from magma_torch.eval.qa_metrics import bleu1, locomo_f1, reference_answer
 from magma_torch.llm.answer_format import format_answer
 from magma_torch.llm.base import LLM, Generation
-from magma_torch.llm.prompts import NOT_MENTIONED, answer_prompt
+from magma_torch.llm.prompts import DEFAULT_ANSWER_PROMPT, NOT_MENTIONED, answer_prompt, check_answer_prompt
 
 
 class QuestionLike(Protocol):
@@ -51,13 +51,17 @@ def _generate(llm: LLM, prompts: list[str], **kw) -> list[Generation]:
 
 
 def answer_questions(retrievals: Sequence, questions: Sequence[QuestionLike], reader: LLM, *,
-                     max_tokens: int = 128, temperature: float = 0.0, dates: str = "words") -> list[Answer]:
-    """Answer each question from its retrieval (context + predicted intent) in one batch; the
-    answers' dates are written in the style ``dates`` (``format_answer``)."""
+                     max_tokens: int = 128, temperature: float = 0.0, dates: str = "words",
+                     prompt: str = DEFAULT_ANSWER_PROMPT) -> list[Answer]:
+    """Answer each question from its retrieval (context + predicted intent) in one batch, with the
+    answer prompt version ``prompt``; the answers' dates are written in the style ``dates``
+    (``format_answer``)."""
     if len(retrievals) != len(questions):
         raise ValueError(f"{len(retrievals)} retrievals for {len(questions)} questions")
-    prompts = [answer_prompt(q.question, r.context, r.intent, q.query_time) for r, q in zip(retrievals, questions)]
-    format_answer("", dates)   # a bad style fails before the reader runs
+    check_answer_prompt(prompt)   # a bad version or style fails before the reader runs
+    format_answer("", dates)
+    prompts = [answer_prompt(q.question, r.context, r.intent, q.query_time, prompt)
+               for r, q in zip(retrievals, questions)]
     gens = _generate(reader, prompts, max_tokens=max_tokens, temperature=temperature)
     texts = ["" if g.error else g.text.strip() for g in gens]
     return [Answer(format_answer(t, dates), g.prompt_tokens, g.completion_tokens, g.error, t)

@@ -30,7 +30,6 @@ from magma_torch.eval.qa import answer_questions, judge_answers, score_answer
 from magma_torch.eval.run_folder import RunFolder
 from magma_torch.eval.tracking import build_tracker
 from magma_torch.llm import build_llm
-from magma_torch.llm.prompts import ANSWER_PROMPT_VERSION
 from magma_torch.memory import MagmaMemory
 from magma_torch.text.embedder import Embedder, resolve_device
 
@@ -116,7 +115,8 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
     share of the two batches' wall time (``answer_s``, ``judge_s``)."""
     t0 = time.perf_counter()
     answers = answer_questions(results, qs, reader, max_tokens=task.answer_max_tokens,
-                               temperature=task.answer_temperature, dates=task.answer_dates)
+                               temperature=task.answer_temperature, dates=task.answer_dates,
+                               prompt=task.answer_prompt)
     t1 = time.perf_counter()
     kinds = ["abstention" if q.abstention else q.category for q in qs]   # picks the judge prompt
     verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], kinds,
@@ -366,7 +366,7 @@ def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader,
         metrics["answering"], metrics["judging"] = llm_costs(rows)
         metrics["answering"]["llm"] = getattr(reader, "name", type(reader).__name__)
         metrics["judging"]["llm"] = None if judge is None else getattr(judge, "name", type(judge).__name__)
-        metrics["prompts"] = {"answer": ANSWER_PROMPT_VERSION, "judge": judge_prompt_version(cfg.dataset.name)}
+        metrics["prompts"] = {"answer": cfg.task.answer_prompt, "judge": judge_prompt_version(cfg.dataset.name)}
     return metrics
 
 
