@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
             rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
             answer_rows(rows, qs, results, reader, reader, cfg.task)
             for r in rows:
-                print(f"[{r['category']} / {r['intent']}] {r['question']}\n  gold: {r['gold']}\n"
+                print(f"{r['question_id']} [{r['category']} / {r['intent']}] {r['question']}\n  gold: {r['gold']}\n"
                       f"  answer: {r['prediction'] or r.get('answer_error')}\n"
                       f"  f1 {r['f1']:.2f}, judge {r['judge']}; reader {r['answer_prompt_tokens']}+"
                       f"{r['answer_completion_tokens']} tokens, judge {r.get('judge_prompt_tokens', 0)}+"
