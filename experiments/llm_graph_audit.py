@@ -98,6 +98,10 @@ def built_graph(memory_cfg, consolidation, sample, embedder: Embedder, llm=None)
                      texts={i: (rows[i].speaker, rows[i].text) for i in range(len(rows))})
 
 
+def _per_thousand(links: int, turns: int) -> str:
+    return f"{links} ({1000 * links / max(turns, 1):.1f} per 1,000 turns)"
+
+
 def _run_config(folder: Path, data: str | None):
     cfg = OmegaConf.load(folder / "config.yaml")
     cfg.out_dir = str(folder)
@@ -135,8 +139,7 @@ def audit(folder: Path, sample: int, seed: int, data: str | None, against: Path 
                                       for note in notes.split("; ") if note)
         proposed = {k: sum(len(p.get(k) or []) for p in rec.parsed) for k in ("causal", "entities", "supersedes")}
         n = len(replayed)
-        rows = [("causal links", proposed["causal"], f"{len(g.causal)} ({1000 * len(g.causal) / max(n, 1):.1f} per "
-                 "1,000 turns)"),
+        rows = [("causal links", proposed["causal"], _per_thousand(len(g.causal), n)),
                 ("event–entity edges", f"{proposed['entities']} mentions", g.mentions),
                 ("entity nodes", "", g.entities),
                 ("knowledge updates", proposed["supersedes"], g.updates)]
@@ -144,8 +147,7 @@ def audit(folder: Path, sample: int, seed: int, data: str | None, against: Path 
         if other is not None:
             # the other folder's graph over the same turns (all of them, while this one may be cut short)
             h = built_graph(other.memory, OmegaConf.to_container(other.consolidation, resolve=True), s, embedder)
-            theirs = [f"{len(h.causal)} ({1000 * len(h.causal) / len(h.status):.1f} per 1,000 turns)", h.mentions,
-                      h.entities, h.updates]
+            theirs = [_per_thousand(len(h.causal), len(h.status)), h.mentions, h.entities, h.updates]
             rows = [(*r, t) for r, t in zip(rows, theirs)]
             head, rule = head + f" `{against.name}` ({other_kind}) |", rule + " --- |"
         out += ["", f"## `{s.sample_id}`: {n} of {len(g.status)} events replayed from the cache", "", head, rule,

@@ -2,6 +2,7 @@
 (prompt choice, batching, failure rows, cost accounting). Never a model."""
 from __future__ import annotations
 
+import json
 import re
 
 from magma_torch.llm.base import Generation, Usage
@@ -33,7 +34,7 @@ class ScriptedLLM:
             prompt = "\n".join(m["content"] for m in prompt)
             if not (self.fail_on and self.fail_on in prompt):
                 empty = {"causal": [], "entities": [], "supersedes": []}
-                return Generation(str(empty), empty, len(prompt.split()), 9)
+                return Generation(json.dumps(empty), empty, len(prompt.split()), 9)
         n_in = len(prompt.split())
         if self.fail_on and self.fail_on in prompt:
             return Generation("", prompt_tokens=n_in, error="scripted failure")

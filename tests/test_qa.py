@@ -70,7 +70,7 @@ def test_prompt_uses_the_predicted_intent_not_the_dataset_category(emb):
 
 
 def test_answer_prompt_v3_adds_its_rules_and_a_bad_version_fails_before_the_reader(emb):
-    v2_template, v2 = ANSWER_PROMPTS["magma-answer-v2"]
+    _, v2 = ANSWER_PROMPTS["magma-answer-v2"]
     _, v3 = ANSWER_PROMPTS["magma-answer-v3"]
     assert v3["WHY"] == v2["WHY"] and v3["WHEN"].startswith(v2["WHEN"]) and '"2022"' in v3["WHEN"]
     with memory(emb) as mem:

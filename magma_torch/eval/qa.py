@@ -17,7 +17,7 @@ from magma_torch.eval.prompts import JUDGE_SCHEMA, judge_prompt
 from magma_torch.eval.qa_metrics import bleu1, locomo_f1, reference_answer
 from magma_torch.llm.answer_format import format_answer
 from magma_torch.llm.base import LLM, Generation
-from magma_torch.llm.prompts import DEFAULT_ANSWER_PROMPT, NOT_MENTIONED, answer_prompt, check_answer_prompt
+from magma_torch.llm.prompts import DEFAULT_ANSWER_PROMPT, NOT_MENTIONED, answer_prompt
 
 
 class QuestionLike(Protocol):
@@ -58,8 +58,7 @@ def answer_questions(retrievals: Sequence, questions: Sequence[QuestionLike], re
     (``format_answer``)."""
     if len(retrievals) != len(questions):
         raise ValueError(f"{len(retrievals)} retrievals for {len(questions)} questions")
-    check_answer_prompt(prompt)   # a bad version or style fails before the reader runs
-    format_answer("", dates)
+    format_answer("", dates)   # a bad style, or (answer_prompt) a bad version, fails before the reader runs
     prompts = [answer_prompt(q.question, r.context, r.intent, q.query_time, prompt)
                for r, q in zip(retrievals, questions)]
     gens = _generate(reader, prompts, max_tokens=max_tokens, temperature=temperature)
