@@ -1,6 +1,7 @@
 """The graph an LLM consolidation built, replayed from a run folder's consolidation cache.
 
-    python experiments/llm_graph_audit.py experiments/results/qa_small/magma_llm_graph --sample 20 --seed 0
+    python experiments/llm_graph_audit.py experiments/results/qa_small/magma_llm_graph --sample 20 --seed 0 \
+        --rejected 20 --against experiments/results/qa_small/magma
 
 Rebuilds every memory of the folder's run (its config.yaml: dataset, memory, consolidation) with
 the generations kept in ``consolidation.cache`` alone, so it needs no model and no GPU; a prompt
@@ -8,7 +9,9 @@ the file lacks (a run still consolidating) fails its event, and the figures coun
 events whose generation the file held. Prints Markdown: per memory, the causal links, entity
 mentions and knowledge updates the model proposed and those kept; the rejection reasons,
 counted; what the kept generations cost (tokens and seconds per event, as they were made); and
-a seeded sample of kept causal links, cause and effect side by side, for a person to judge.
+a seeded sample of kept causal links, cause and effect side by side, for a person to judge;
+with ``--rejected N``, also a seeded sample of the causal links the model proposed and validation
+dropped, with their quoted words and the reason, to judge what the rules throw away.
 ``--against FOLDER`` puts the counts of another run's graph of the same conversations beside them
 (one that needs no model, such as the heuristic graph of experiments/results/qa_small/magma).
 """
@@ -26,7 +29,7 @@ from omegaconf import OmegaConf
 from magma_torch import MagmaMemory
 from magma_torch.eval.datasets import load_dataset, select_samples
 from magma_torch.eval.runner import records
-from magma_torch.ingest.llm_consolidator import LLMConsolidator
+from magma_torch.ingest.llm_consolidator import LLMConsolidator, shown_events, shown_text
 from magma_torch.llm.base import Generation, Usage
 from magma_torch.llm.cache import CachedLLM, cost
 from magma_torch.text.embedder import Embedder
@@ -34,6 +37,7 @@ from magma_torch.text.embedder import Embedder
 NOT_KEPT = "not in the consolidation cache"
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_REJECTED_LINK = re.compile(r"rejected causal link '(n\d+)'->'(n\d+)': (.*)")
 
 
 class ReplayOnly:
@@ -50,10 +54,11 @@ class ReplayOnly:
 
 
 class Recorder:
-    """Passes generations through and keeps the parsed ones, for the proposed counts."""
+    """Passes generations through and keeps the parsed ones, for the proposed counts, with the events
+    each prompt showed (ref -> speaker, text), keyed by n0's text as shown."""
 
     def __init__(self, llm):
-        self.llm, self.name, self.parsed = llm, llm.name, []
+        self.llm, self.name, self.parsed, self.shown = llm, llm.name, [], {}
 
     @property
     def usage(self):
@@ -61,7 +66,11 @@ class Recorder:
 
     def generate(self, prompts, **kw):
         gens = self.llm.generate(prompts, **kw)
-        self.parsed += [g.parsed for g in gens if g.error is None and isinstance(g.parsed, dict)]
+        for prompt, g in zip(prompts, gens):
+            if g.error is None and isinstance(g.parsed, dict):
+                refs = shown_events(prompt)
+                self.parsed.append(g.parsed)
+                self.shown[refs["n0"][1]] = (refs, g.parsed)
         return gens
 
     def close(self) -> None:
@@ -98,6 +107,24 @@ def built_graph(memory_cfg, consolidation, sample, embedder: Embedder, llm=None)
                      texts={i: (rows[i].speaker, rows[i].text) for i in range(len(rows))})
 
 
+def rejected_links(g: Graph, rec: Recorder, max_chars: int) -> list[tuple[int, tuple, tuple, str, str]]:
+    """The causal links the model proposed and validation dropped: (event, cause, effect, words,
+    reason), cause and effect as (speaker, text) the way the event's prompt showed them."""
+    out = []
+    for event, (kind, notes) in enumerate(g.status):
+        seen = rec.shown.get(shown_text(g.texts[event][1], max_chars))
+        if kind != "consolidated" or seen is None:
+            continue
+        refs, parsed = seen
+        words = {(str(i.get("cause")), str(i.get("effect"))): i.get("words")
+                 for i in parsed.get("causal") or [] if isinstance(i, dict)}
+        for note in notes.split("; "):
+            if m := _REJECTED_LINK.fullmatch(note):
+                c, e, why = m.groups()
+                out.append((event, refs.get(c, ("?", "?")), refs.get(e, ("?", "?")), words.get((c, e)), why))
+    return out
+
+
 def _per_thousand(links: int, turns: int) -> str:
     return f"{links} ({1000 * links / max(turns, 1):.1f} per 1,000 turns)"
 
@@ -110,7 +137,8 @@ def _run_config(folder: Path, data: str | None):
     return cfg
 
 
-def audit(folder: Path, sample: int, seed: int, data: str | None, against: Path | None = None) -> str:
+def audit(folder: Path, sample: int, seed: int, data: str | None, against: Path | None = None,
+          rejected: int = 0) -> str:
     cfg = _run_config(folder, data)
     cache = Path(cfg.consolidation.cache)
     d = cfg.dataset
@@ -129,7 +157,7 @@ def audit(folder: Path, sample: int, seed: int, data: str | None, against: Path 
                f"{c['per_generation']['prompt_tokens']:.0f} prompt + {c['per_generation']['completion_tokens']:.1f} "
                f"completion tokens and {c['per_generation']['seconds']:.1f} s per generation as made "
                f"({c['seconds'] / 3600:.2f} h in all).")
-    links = []
+    links, dropped = [], []
     for s in samples:
         rec = Recorder(CachedLLM(ReplayOnly(cfg.llm.name), cache))
         g = built_graph(cfg.memory, consolidation, s, embedder, llm=rec)
@@ -156,6 +184,7 @@ def audit(folder: Path, sample: int, seed: int, data: str | None, against: Path 
                 "", "| rejection reason | count |", "| --- | --- |",
                 *(f"| {r} | {k} |" for r, k in reasons.most_common())]
         links += [(s.sample_id, cause, effect, conf, g.texts) for cause, effect, conf in g.causal]
+        dropped += [(s.sample_id, *r) for r in rejected_links(g, rec, consolidation["max_chars_per_event"])]
     picked = sorted(random.Random(seed).sample(range(len(links)), min(sample, len(links))))
     out += ["", f"## {len(picked)} kept causal links (seed {seed}), for a person to judge", ""]
     for k, i in enumerate(picked, 1):
@@ -164,6 +193,15 @@ def audit(folder: Path, sample: int, seed: int, data: str | None, against: Path 
                 f"   - cause: {texts[cause][0]}: {texts[cause][1]}",
                 f"   - effect: {texts[effect][0]}: {texts[effect][1]}",
                 "   - verdict: "]
+    if rejected:
+        picked = sorted(random.Random(seed).sample(range(len(dropped)), min(rejected, len(dropped))))
+        out += ["", f"## {len(picked)} of {len(dropped)} rejected causal proposals (seed {seed}), for a person "
+                "to judge what validation drops", ""]
+        for k, i in enumerate(picked, 1):
+            sid, event, cause, effect, words, why = dropped[i]
+            out += [f"{k}. `{sid}` event {event}: {why}",
+                    f"   - cause: {cause[0]}: {cause[1]}", f"   - effect: {effect[0]}: {effect[1]}",
+                    f"   - words: {words!r}", "   - verdict: "]
     return "\n".join(out) + "\n"
 
 
@@ -176,9 +214,11 @@ def main() -> None:
     ap.add_argument("--against", type=Path, default=None,
                     help="a run folder of the same conversations whose graph needs no model (e.g. the heuristic "
                          "graph of experiments/results/qa_small/magma): its link counts go beside these")
+    ap.add_argument("--rejected", type=int, default=0,
+                    help="also sample this many causal links the model proposed and validation dropped")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    text = audit(args.folder, args.sample, args.seed, args.data, args.against)
+    text = audit(args.folder, args.sample, args.seed, args.data, args.against, args.rejected)
     if args.out:
         args.out.write_text(text)
     print(text, end="")

@@ -13,20 +13,18 @@ from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.runner import Terminated, _consolidation_usage
 from magma_torch.ingest.consolidator import EventView
-from magma_torch.ingest.llm_consolidator import LLMConsolidator, normalise_name
+from magma_torch.ingest.llm_consolidator import LLMConsolidator, normalise_name, shown_events
 from magma_torch.llm.base import Generation, Usage
 from magma_torch.testing import is_acyclic, unavailable, with_package
 from magma_torch.text.embedder import Embedder
 
 WAIT = 60
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=timezone.utc)
-LINE = re.compile(r"^\[(n\d+)\] (\S+ \S+) \| ([^:]*): (.*)$", re.M)
 
 
 def parse_prompt(prompt) -> dict[str, str]:
-    """ref -> event text, read back from the user message of one prompt."""
-    user = prompt[-1]["content"] if isinstance(prompt, list) else prompt
-    return {ref: text for ref, _, _, text in LINE.findall(user)}
+    """ref -> event text, read back from one prompt."""
+    return {ref: text for ref, (_, text) in shown_events(prompt).items()}
 
 
 class FakeLLM:

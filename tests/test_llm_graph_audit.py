@@ -22,9 +22,12 @@ WARPED = "Yeah, the first one was warped because I built it on an uneven floor. 
 
 
 def script(refs):
-    """One causal link (the warped frame -> starting over), 'garage' where it occurs, a name the text lacks."""
+    """One causal link (the warped frame -> starting over), one below the confidence floor (the frame's
+    oldest neighbour -> the frame), 'garage' where it occurs, a name the text lacks."""
     r = {t: k for k, t in refs.items()}
     causal = [{"cause": r[FRAME], "effect": "n0", "confidence": 0.8}] if refs["n0"] == WARPED and FRAME in r else []
+    if refs["n0"] == FRAME and "n1" in refs:
+        causal.append({"cause": "n1", "effect": "n0", "confidence": 0.1, "words": "finally"})
     ents = [{"name": "garage", "kind": "place"}] if "garage" in refs["n0"] else []
     return {"causal": causal, "entities": ents + [{"name": "unicorn", "kind": "object"}], "supersedes": []}
 
@@ -52,7 +55,7 @@ def test_the_audit_replays_the_graph_from_the_cache_alone(folder):
     path, n, garage = folder
     text = audit_module.audit(path, sample=5, seed=0, data=None)
     assert f"{n} of {n} events replayed from the cache" in text
-    assert "| causal links | 1 | 1 (" in text
+    assert "| causal links | 2 | 1 (" in text
     assert f"| event–entity edges | {n + garage} mentions | {garage} |" in text   # 'unicorn' in none
     assert "| entity nodes |  | 1 |" in text                                      # garage
     assert f"| entity: not in the event's text | {n} |" in text       # 'unicorn', rejected each time
@@ -92,6 +95,17 @@ def test_against_puts_the_heuristic_graph_of_the_same_turns_beside_it(folder, tm
     text = audit_module.audit(path, sample=5, seed=0, data=None, against=other)
     assert f"| | proposed | kept | `{other.name}` (HeuristicConsolidator) |" in text
     assert f"| event–entity edges | {n + garage} mentions | {garage} | {h.mentions} |" in text
-    assert f"| causal links | 1 | 1 ({1000 / n:.1f} per 1,000 turns) | {len(h.causal)} (" in text
+    assert f"| causal links | 2 | 1 ({1000 / n:.1f} per 1,000 turns) | {len(h.causal)} (" in text
     with pytest.raises(SystemExit, match="needs a model"):
         audit_module.audit(path, sample=5, seed=0, data=None, against=path)
+
+
+def test_rejected_proposals_are_sampled_with_the_turns_their_prompt_showed(folder):
+    path, _, _ = folder
+    text = audit_module.audit(path, sample=5, seed=0, data=None, rejected=5)
+    section = text.split("## 1 of 1 rejected causal proposals (seed 0)", 1)[1]
+    head = section.split("`demo-1` event ", 1)[1].split("\n", 1)[0]
+    assert head.split(": ", 1)[1] == "confidence 0.1 below 0.5"
+    assert f"   - effect: Tomás: {FRAME}" in section and "   - words: 'finally'" in section
+    assert "   - cause: " in section and "   - cause: ?" not in section
+    assert "rejected causal proposals" not in audit_module.audit(path, sample=5, seed=0, data=None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -20,6 +19,7 @@ import httpx
 import jsonschema
 import pytest
 
+from magma_torch.ingest.llm_consolidator import shown_events
 from magma_torch.llm.openai_backend import OpenAIBackend
 from magma_torch.testing import is_acyclic, with_file
 
@@ -28,7 +28,6 @@ VENV = ROOT / ".venv-vllm"
 PYTHON = VENV / "bin" / "python"
 MODEL = VENV / "models" / "smollm2-135m-instruct"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-LINE = re.compile(r"^\[(n\d+)\] (\S+ \S+) \| ([^:]*): (.*)$", re.M)
 
 pytestmark = [with_file(VENV / ".installed", "make vllm-env"), pytest.mark.slow]
 
@@ -94,7 +93,7 @@ def test_llm_consolidation_through_vllm_is_batched_and_validated(engine_run):
     # Xeon, 4 or more elsewhere), so only that the parse-and-validate path ran is asserted.
     assert any(s == "consolidated" for s, _ in c["status"].values())
     # Every kept causal edge joins two nodes that one prompt showed, one of them as n0.
-    shown = [{ref: text for ref, _, _, text in LINE.findall(p)} for call in c["prompts"] for p in call]
+    shown = [{ref: text for ref, (_, text) in shown_events(p).items()} for call in c["prompts"] for p in call]
     for src, dst, conf in c["causal"]:
         assert conf >= 0.5
         assert any(events[src] in refs.values() and events[dst] in refs.values()

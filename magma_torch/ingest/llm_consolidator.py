@@ -204,6 +204,23 @@ def normalise_name(name: str) -> str:
 _DEFAULTS = LLMConsolidationConfig()   # every setting's default (config/schema.py)
 
 
+# One line per event in a consolidation prompt (LLMConsolidator._line): "[n3] 2023-05-08 13:56 | Caroline: text".
+PROMPT_LINE = re.compile(r"^\[(n\d+)\] (\S+ \S+) \| ([^:]*): (.*)$", re.M)
+
+
+def shown_text(text: str, max_chars: int) -> str:
+    """An event's text as a consolidation prompt shows it: one line, cut at ``max_chars``."""
+    text = " ".join(text.split())
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def shown_events(prompt: str | Sequence[Mapping[str, str]]) -> dict[str, tuple[str, str]]:
+    """Reference id -> (speaker, text) of the events one consolidation prompt (or its user message)
+    shows, read back from its lines; texts are as shown, so cut at ``max_chars_per_event``."""
+    user = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+    return {ref: (speaker, text) for ref, _, speaker, text in PROMPT_LINE.findall(user)}
+
+
 class LLMConsolidator:
     """Slow-path consolidator backed by an `magma_torch.llm.base.LLM` (see module docstring).
 
@@ -252,11 +269,8 @@ class LLMConsolidator:
     # ------------------------------------------------------------------ prompt
 
     def _line(self, ref: str, ev: EventView) -> str:
-        text = " ".join(ev.text.split())
-        if len(text) > self.max_chars_per_event:
-            text = text[: self.max_chars_per_event - 1] + "…"
         when = ev.timestamp.strftime("%Y-%m-%d %H:%M")
-        return f"[{ref}] {when} | {ev.speaker or 'unknown'}: {text}"
+        return f"[{ref}] {when} | {ev.speaker or 'unknown'}: {shown_text(ev.text, self.max_chars_per_event)}"
 
     def refs(self, ev: EventView, neighbours: Sequence[EventView]) -> dict[str, EventView]:
         """Reference id -> event for one prompt: n0 is the event, n1.. its neighbours oldest first."""
