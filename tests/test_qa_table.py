@@ -51,7 +51,7 @@ def make_run(root: Path, memory: str, f1: dict[str, float], questions=None):
     scored = [r["f1"] for r in rows if r["category"] != "adversarial"]
     block = {"per_question": {"prompt_tokens": 1200.0, "completion_tokens": 9.5, "seconds": 21.25}}
     metrics = {"memory": memory, "n_questions": len(rows),
-               "overall": {"f1": sum(scored) / len(scored), "bleu1": 0.25, "judge": 0.5},
+               "overall": {"recall_all@1000tok": 0.8, "f1": sum(scored) / len(scored), "bleu1": 0.25, "judge": 0.5},
                "by_category": {"adversarial": {"f1": 1.0, "judge": 0.5}},
                "answering": {**block, "failed": 1}, "judging": block}
     (folder / "metrics.json").write_text(json.dumps(metrics))
@@ -85,9 +85,9 @@ def test_qa_table_writes_every_memory_and_the_interval(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = out.read_text().splitlines()
-    assert lines[2].startswith("| magma | 3 | 0.750 | 0.250 | 0.500 | 1.000 / 0.500 | 1200 / 9.5 | 1200 / 9.5 | "
+    assert lines[2].startswith("| magma | 3 | 0.800 | 0.750 | 0.250 | 0.500 | 1.000 / 0.500 | 1200 / 9.5 | 1200 / 9.5 | "
                                "21.2 + 21.2 | 1 |")
-    assert lines[3].startswith("| hybrid_rag | 3 | 0.375 |")
+    assert lines[3].startswith("| hybrid_rag | 3 | 0.800 | 0.375 |")
     assert lines[-1].startswith("F1 magma − hybrid_rag: +0.375, 95 % interval [+0.250, +0.500]")
     assert "over the 2 questions of categories 1-4, 10,000 resamples, seed 0" in lines[-1]
 
