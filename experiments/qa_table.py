@@ -8,7 +8,8 @@ them, magma_llm_graph for magma on the LLM-built graph (+experiment=qa_small_llm
 "Evidence in context" is the share of questions whose first 1,000 tokens of retrieved turns (the
 qa_small context budget) hold every evidence turn, `recall_all@1000tok`. It, F1, BLEU-1 and the
 judge are over categories 1-4, as metrics.json's `overall`; adversarial questions (category 5) are
-scored apart: LoCoMo's rule (the answer says "not mentioned") and the judge. Tokens and seconds are per question, reader and judge apart.
+scored apart: LoCoMo's rule (the answer says "not mentioned") and the judge. Tokens and seconds
+are per question, reader and judge apart.
 Below the table: the F1 difference of each --compare A B (folder names) with its paired
 bootstrap 95 % interval.
 """
@@ -26,8 +27,8 @@ ORDER = ("magma", "magma_llm_graph", "magma_paper", "magma_no_context", "hybrid_
 # and the LLM-built graph against the heuristic one.
 COMPARE = (("magma", "hybrid_rag"), ("magma", "magma_no_context"), ("magma_llm_graph", "magma"))
 RESAMPLES, SEED = 10_000, 0
-COLUMNS = ("memory", "n", "evidence in context", "F1", "BLEU-1", "judge", "adversarial: rule / judge", "reader tokens/q: prompt / completion",
-           "judge tokens/q: prompt / completion", "s/q: reader + judge", "failed answers")
+COLUMNS = ("memory", "n", "evidence in context", "F1", "BLEU-1", "judge", "adversarial: rule / judge",
+           "reader tokens/q: prompt / completion", "judge tokens/q: prompt / completion", "s/q: reader + judge", "failed answers")
 
 
 def number(x: float | None, digits: int = 3) -> str:
@@ -44,7 +45,8 @@ def cost(block: dict) -> tuple[str, str]:
 def row(name: str, metrics: dict) -> list[str]:
     overall, adversarial = metrics["overall"], metrics["by_category"].get("adversarial", {})
     (reader_tokens, reader_s), (judge_tokens, judge_s) = cost(metrics["answering"]), cost(metrics["judging"])
-    return [name, str(metrics["n_questions"]), number(overall.get("recall_all@1000tok")), number(overall.get("f1")), number(overall.get("bleu1")),
+    return [name, str(metrics["n_questions"]), number(overall.get("recall_all@1000tok")), number(overall.get("f1")),
+            number(overall.get("bleu1")),
             number(overall.get("judge")), f"{number(adversarial.get('f1'))} / {number(adversarial.get('judge'))}",
             reader_tokens, judge_tokens, f"{reader_s} + {judge_s}", str(metrics["answering"]["failed"])]
 
