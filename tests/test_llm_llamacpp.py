@@ -81,3 +81,22 @@ def test_close_stops_the_server_process():
     assert s.alive
     s.stop()
     assert not s.alive and s.proc.returncode is not None
+
+
+def test_a_crashed_server_is_reported_with_its_signal_and_python_stack():
+    """A segmentation fault in llama.cpp leaves no line of its own in the server's log: faulthandler's
+    report (the signal and the Python frame that called into C) is what the error quotes."""
+    import signal
+
+    from magma_torch.llm.base import LLMUnavailable
+    from magma_torch.llm.llamacpp_backend import LlamaCppServer
+
+    s = LlamaCppServer(n_ctx=256)
+    try:
+        os.kill(s.proc.pid, signal.SIGSEGV)
+        s.proc.wait(10)
+        with pytest.raises(LLMUnavailable, match=r"exited with status -11 .*Fatal Python error: Segmentation "
+                                                 r"fault \| Current thread .* \| File \""):
+            s.require_alive()
+    finally:
+        s.stop()

@@ -68,10 +68,10 @@ class LlamaCppServer:
         self.url = f"http://{host}:{self.port}/v1"
         # Run by path through tethered.py (which imports nothing of magma_torch), so the server
         # ends with this process even when it is SIGKILLed.
-        cmd = [sys.executable, str(TETHER), str(os.getpid()), "llama_cpp.server", "--model", str(self.model_path),
-               "--host", host,
-               "--port", str(self.port), "--n_ctx", str(int(n_ctx)), "--model_alias", alias,
-               "--n_gpu_layers", str(int(n_gpu_layers))]
+        # -X faulthandler: a crash in llama.cpp (SIGSEGV) writes the Python stack that reached it to the log.
+        cmd = [sys.executable, "-X", "faulthandler", str(TETHER), str(os.getpid()), "llama_cpp.server",
+               "--model", str(self.model_path), "--host", host, "--port", str(self.port),
+               "--n_ctx", str(int(n_ctx)), "--model_alias", alias, "--n_gpu_layers", str(int(n_gpu_layers))]
         if chat_format:
             cmd += ["--chat_format", chat_format]
         # llama-cpp-python's own default is half the cores (it assumes SMT pairs): one thread on a
@@ -96,11 +96,18 @@ class LlamaCppServer:
                  time.perf_counter() - t0, self.log_path)
 
     def _tail(self, n: int = 5) -> str:
+        """The log's last n lines; after a crash, faulthandler's report instead: the signal, and the
+        innermost frames of the thread that crashed."""
         try:
             lines = self.log_path.read_text(errors="replace").strip().splitlines()
         except OSError:
             return ""
-        return " | ".join(lines[-n:])
+        crash = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error")]
+        if not crash:
+            return " | ".join(lines[-n:])
+        report = lines[crash[-1]:]
+        current = next((i for i, line in enumerate(report) if line.startswith("Current thread")), 1)
+        return " | ".join([report[0], *(line.strip() for line in report[current:current + n + 1])])
 
     def _wait_ready(self, timeout_s: float) -> None:
         import httpx
