@@ -125,7 +125,8 @@ slurm-local:
 # MAGMA_REQUIRE_ALL=1: a test that needs what the targets above provide fails instead of skipping
 # (magma_torch/testing.py); only CUDA and the unshipped LoCoMo data may still skip.
 # pytest-xdist runs the test files on $(NPROC) workers, each file whole on one (--dist loadfile), so a
-# file's shared fixture (the vLLM engine, a llama.cpp server) starts once (29 min on the 2-core VM: README, "Tests").
+# file's shared fixture (the vLLM engine, a llama.cpp server) starts once; each worker gets its share of the
+# cores (magma_torch/testing.py). 22.5 min on the 2-core Xeon VM: README, "Tests".
 # The set-up runs three ways at once: the extras (the llama.cpp build), vLLM's venv, and the system
 # packages (apt, one target after the other: two apt-gets would contend for dpkg's lock).
 test:

@@ -97,6 +97,20 @@ def with_dataset(path: Path) -> pytest.MarkDecorator:
 def pytest_configure(config):
     config.addinivalue_line("markers", "magma_missing(reason): fails the test: a requirement the set-up "
                                        "provides is missing under MAGMA_REQUIRE_ALL=1")
+    share_cores_between_workers()
+
+
+def share_cores_between_workers() -> None:
+    """Under pytest-xdist, give each worker its share of the cores: torch's threads here, and
+    OMP_NUM_THREADS for what it starts (torch in subprocesses, the llama.cpp server's threads).
+    torch's OpenMP and ggml's threads spin at each barrier, so one more thread than cores stalls
+    every thread of both: on the 2-core VM the real-SmolLM2 consolidation test took 21.5 min beside
+    another worker instead of 1.5 min alone (README, "Tests"). An OMP_NUM_THREADS already set wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1:
+        return
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // workers)))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_runtest_setup(item):

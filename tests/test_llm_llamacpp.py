@@ -20,7 +20,7 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "year": {
 def llamacpp():
     from magma_torch.llm.llamacpp_backend import LlamaCppBackend
 
-    b = LlamaCppBackend(n_ctx=1024, n_threads=os.cpu_count(), timeout_s=60)
+    b = LlamaCppBackend(n_ctx=1024, timeout_s=60)
     yield b
     b.close()
 
@@ -100,3 +100,13 @@ def test_a_crashed_server_is_reported_with_its_signal_and_python_stack():
             s.require_alive()
     finally:
         s.stop()
+
+
+def test_server_threads_take_the_setting_then_omp_num_threads_then_every_core(monkeypatch):
+    from magma_torch.llm.llamacpp_backend import server_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert server_threads(5) == 5
+    assert server_threads(None) == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert server_threads(None) == len(os.sched_getaffinity(0))

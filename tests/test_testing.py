@@ -75,3 +75,17 @@ def test_reasons_say_what_provides_the_requirement(tmp_path, require):
     out = pytest_in(tmp_path, "1" if require else "0")
     assert "needs no_such_module_xyz: the `tune` extra (make install adds it)" in out
     assert ("MAGMA_REQUIRE_ALL=1: the set-up should have provided it" in out) == require
+
+
+def test_xdist_workers_share_the_cores(tmp_path):
+    """Each of two workers gets half the cores (at least one) for torch and for what it starts."""
+    (tmp_path / "test_threads.py").write_text(
+        "import os, torch\n"
+        "def test_it():\n"
+        "    want = max(1, len(os.sched_getaffinity(0)) // 2)\n"
+        "    assert os.environ['OMP_NUM_THREADS'] == str(want) and torch.get_num_threads() == want\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "magma_torch.testing", "-n", "2", "-q", "-p",
+                           "no:cacheprovider", "."], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:]

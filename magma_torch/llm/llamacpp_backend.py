@@ -56,6 +56,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def server_threads(n_threads: int | None) -> int:
+    """``n_threads``, else OMP_NUM_THREADS (the usual cap on a process's compute threads, which
+    llama.cpp does not read itself), else every core this process may use. llama-cpp-python's own
+    default is half the cores (it assumes SMT pairs): one thread on a 2-vCPU VM, where a local server
+    is the run's main work. More threads than free cores is far worse than fewer: ggml's threads
+    spin at each barrier, so one descheduled thread stalls the rest."""
+    return int(n_threads or os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0)))
+
+
 class LlamaCppServer:
     def __init__(self, model_path: str | os.PathLike | None = None, n_ctx: int = 2048,
                  chat_format: str | None = None, n_threads: int | None = None, n_gpu_layers: int = 0,
@@ -74,9 +83,7 @@ class LlamaCppServer:
                "--n_ctx", str(int(n_ctx)), "--model_alias", alias, "--n_gpu_layers", str(int(n_gpu_layers))]
         if chat_format:
             cmd += ["--chat_format", chat_format]
-        # llama-cpp-python's own default is half the cores (it assumes SMT pairs): one thread on a
-        # 2-vCPU VM. A local server is the run's main work, so it gets every core it may use.
-        cmd += ["--n_threads", str(int(n_threads or len(os.sched_getaffinity(0))))]
+        cmd += ["--n_threads", str(server_threads(n_threads))]
         cmd += list(extra_args)
         if log_path is None:
             fd, log_path = tempfile.mkstemp(prefix="llamacpp-server-", suffix=".log")
