@@ -44,7 +44,7 @@ def main() -> None:
     exact_top = set((emb @ q.T).squeeze(1).topk(100).indices.tolist())
     scale = emb.abs().amax(1) / 127
     packed = torch.round(emb / scale[:, None]).to(torch.int8)
-    kernels = {f"{dt}": (lambda e=emb.to(dt), x=q.to(dt): x @ e.T, emb.to(dt).element_size() * args.dim)
+    kernels = {f"{dt}": (lambda e=emb.to(dt), x=q.to(dt): x @ e.T, dt.itemsize * args.dim)
                for dt in (torch.float32, torch.bfloat16, torch.float16)}
     kernels["int8 rows, bf16 question"] = (
         lambda: torch.ops.aten._weight_int8pack_mm(q.bfloat16(), packed, scale.bfloat16()), args.dim + 2)

@@ -104,8 +104,7 @@ def share_cores_between_workers() -> None:
     """Under pytest-xdist, give each worker its share of the cores: torch's threads here, and
     OMP_NUM_THREADS for what it starts (torch in subprocesses, the llama.cpp server's threads).
     torch's OpenMP and ggml's threads spin at each barrier, so one more thread than cores stalls
-    every thread of both: on the 2-core VM the real-SmolLM2 consolidation test took 21.5 min beside
-    another worker instead of 1.5 min alone (README, "Tests"). An OMP_NUM_THREADS already set wins."""
+    every thread of both (measured in README, "Tests"). An OMP_NUM_THREADS already set wins."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers <= 1:
         return

@@ -2,6 +2,7 @@
 skips under plain pytest and fails under MAGMA_REQUIRE_ALL=1 (make test); CUDA and unshipped data
 only ever skip."""
 import os
+import re
 import subprocess
 import sys
 
@@ -35,13 +36,14 @@ def test_cuda():
 '''
 
 
-def pytest_in(folder, env_value: str | None) -> str:
-    """Run pytest on ``folder`` with MAGMA_REQUIRE_ALL set to ``env_value`` (None: unset); its output."""
-    env = {k: v for k, v in os.environ.items() if k != "MAGMA_REQUIRE_ALL"}
+def pytest_in(folder, env_value: str | None, *args: str, unset: tuple[str, ...] = ()) -> str:
+    """Run pytest (with ``args``) on ``folder`` with MAGMA_REQUIRE_ALL set to ``env_value``
+    (None: unset) and the variables ``unset`` removed; its output."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAGMA_REQUIRE_ALL", *unset)}
     if env_value is not None:
         env["MAGMA_REQUIRE_ALL"] = env_value
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "magma_torch.testing", "-v", "-rA", "-p",
-                           "no:cacheprovider", "."], cwd=folder, env=env, capture_output=True, text=True,
+                           "no:cacheprovider", *args, "."], cwd=folder, env=env, capture_output=True, text=True,
                           timeout=300).stdout
 
 
@@ -84,8 +86,5 @@ def test_xdist_workers_share_the_cores(tmp_path):
         "def test_it():\n"
         "    want = max(1, len(os.sched_getaffinity(0)) // 2)\n"
         "    assert os.environ['OMP_NUM_THREADS'] == str(want) and torch.get_num_threads() == want\n")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "magma_torch.testing", "-n", "2", "-q", "-p",
-                           "no:cacheprovider", "."], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:]
+    out = pytest_in(tmp_path, None, "-n", "2", unset=("OMP_NUM_THREADS",))
+    assert re.search(r"=+ 1 passed in [\d.]+s", out), out[-2000:]   # nothing failed, errored or skipped
