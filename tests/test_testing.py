@@ -88,3 +88,12 @@ def test_xdist_workers_share_the_cores(tmp_path):
         "    assert os.environ['OMP_NUM_THREADS'] == str(want) and torch.get_num_threads() == want\n")
     out = pytest_in(tmp_path, None, "-n", "2", unset=("OMP_NUM_THREADS",))
     assert re.search(r"=+ 1 passed in [\d.]+s", out), out[-2000:]   # nothing failed, errored or skipped
+
+
+def test_files_with_slow_tests_run_first_each_file_whole(tmp_path):
+    (tmp_path / "test_a.py").write_text("def test_a1():\n    pass\ndef test_a2():\n    pass\n")
+    (tmp_path / "test_b.py").write_text("import pytest\ndef test_b1():\n    pass\n"
+                                        "@pytest.mark.slow\ndef test_b2():\n    pass\n")
+    out = pytest_in(tmp_path, None)
+    ran = re.findall(r"^(test_\w+\.py::test_\w+) PASSED", out, re.MULTILINE)
+    assert ran == ["test_b.py::test_b1", "test_b.py::test_b2", "test_a.py::test_a1", "test_a.py::test_a2"], out
