@@ -230,19 +230,20 @@ class Retriever:
         similar to the question, exp(lambda1 * anchor_weight + lambda2 * c), c the best cosine of
         an anchor with the question; the others scale by their RRF relative to the best. So an
         expansion whose transition beats a weak anchor's displaces it, and removing or
-        re-weighting a relation (the ablations) changes the transitions, not the anchors."""
+        re-weighting a relation (the ablations) changes the transitions, not the anchors.
+        float64, as the beam's scores are (query/beam.py)."""
         b, valid = self.cfg.beam, anchors.ids >= 0
         rows = torch.arange(anchors.ids.shape[0], device=anchors.ids.device)[:, None].expand_as(anchors.ids)
         cos = torch.full(anchors.ids.shape, -1.0, dtype=torch.float64, device=anchors.ids.device)
         cos[valid] = sim.pairs(rows[valid], anchors.ids[valid]).double()
         top = torch.exp(b.lambda1 * b.anchor_weight + b.lambda2 * cos.max(dim=1).values)
         best = anchors.scores[:, :1].clamp(min=1e-12)
-        return (top[:, None] * anchors.scores / best).to(self.dtype)
+        return top[:, None] * anchors.scores / best
 
     @torch.inference_mode()
     def expand(self, snap: StoreSnapshot, sim: Similarity, intents: torch.Tensor, anchors: Anchors) -> BeamResult:
         return beam_search(snap.graph, sim, intents, anchors.ids, self.start_scores(sim, anchors), self.weights,
-                           self.cfg.beam, self.dtype)
+                           self.cfg.beam)
 
     def _assemble(self, snap, questions, intents, windows, anchors, res: BeamResult, budget,
                   filter_windows: list | None = None) -> list[Retrieval]:
