@@ -146,3 +146,24 @@ def test_zero_weight_removes_relation(removed):
     run_both(graph, pairs, emb, 200, 10, cfg, 0, weights={i: {**row, removed: 6.0} for i, row in uniform.items()},
              result=res)
     assert REL_ID[removed] in res[0].relation.tolist()
+
+
+def test_scores_are_float64_over_float32_cosines():
+    """Anchors 0 and 1 each reach one event (2 and 3) by the same relation, at the same cosine.
+    Their start scores differ by 3e-5, under float32's spacing at 1000 (6e-5): in float32 the two
+    transitions tie and the lower id (2) would take the beam's one place; the float64 reference,
+    and the search as the retriever runs it (cosines in float32), keep 3, whose parent is higher."""
+    graph = MultiGraph()
+    graph.add_edges("semantic", torch.tensor([0, 1]), torch.tensor([2, 3]))
+    emb = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [1.0, 0.1], [1.0, 0.5], [1.0, 0.5]]), dim=1)
+    q = torch.tensor([[1.0, 0.0]])
+    cfg = BeamConfig(max_depth=1, beam_width=1, max_nodes=3, drop_threshold=-1.0)
+    scores = torch.tensor([[1000.0, 1000.00003]], dtype=torch.float64)
+    weights = {i: {r: 2.0 for r in REL_ID} for i in INTENTS}
+    res = beam_search(graph.snapshot(4, 0, 0), Similarity(emb, None, q), torch.tensor([0]), torch.tensor([[0, 1]]),
+                      scores, relation_weights(weights, INTENTS), cfg)
+    pairs = {rel: [] for rel in RELATIONS} | {"semantic": [(0, 2), (1, 3)]}
+    adj, hubs = adjacency_lists(pairs)
+    ref = reference_beam_search(adj, hubs, emb.tolist(), q[0].tolist(), weights["WHY"], [(0, 1000.0), (1, 1000.00003)],
+                                cfg)
+    assert set(res.node.tolist()) == set(ref) == {0, 1, 3}
