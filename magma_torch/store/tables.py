@@ -214,5 +214,9 @@ def row_dots(a: torch.Tensor, a_idx: torch.Tensor, b: torch.Tensor, b_idx: torch
     out = torch.empty(a_idx.numel(), dtype=dtype, device=a.device)
     for start in range(0, a_idx.numel(), chunk):
         sl = slice(start, start + chunk)
-        out[sl] = torch.linalg.vecdot(a.index_select(0, a_idx[sl]).to(dtype), b.index_select(0, b_idx[sl]).to(dtype))
+        rows = b.index_select(0, b_idx[sl]).to(dtype)
+        if a.shape[0] == 1:    # one question (batch 1): a matrix-vector product, no copies of its row
+            out[sl] = rows @ a[0].to(dtype)
+        else:
+            out[sl] = torch.linalg.vecdot(a.index_select(0, a_idx[sl]).to(dtype), rows)
     return out
