@@ -81,12 +81,13 @@ def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS,
 ])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("scan", [False, True])
-def test_batched_equals_reference(shape, seed, scan):
+@pytest.mark.parametrize("batch", [12, 1])      # 1: one question's rescoring (store.tables.row_dots)
+def test_batched_equals_reference(shape, seed, scan, batch):
     cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40,
                      drop_threshold=-0.2)
     graph, pairs, emb = random_graph(seed, shape["n"], shape["m"], shape["e"], shape.get("hub", False),
                                      shape.get("isolated", 0))
-    for got, ref in run_both(graph, pairs, emb, shape["n"], shape["m"], cfg, seed, scan=scan):
+    for got, ref in run_both(graph, pairs, emb, shape["n"], shape["m"], cfg, seed, batch=batch, scan=scan):
         assert set(got) == set(ref)
         for v in ref:
             assert got[v] == pytest.approx(ref[v], rel=1e-9)
