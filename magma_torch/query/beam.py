@@ -13,8 +13,8 @@ word, and an entity every event mentions carries nothing.
 
 Scores are float64 whatever the cosines' dtype (``retrieval.score_dtype``, the similarity
 matrix's): exp(lambda2 * cos) spreads the scores over orders of magnitude, and in float32 two
-transitions whose cosines differ by 4e-7 can round to the wrong order. At 10^5 events one
-question in 200 kept the other of two such candidates than the float64 reference did
+transitions whose cosines differ by 4e-7 can round to the wrong order. At 10^5 events, one
+question in 200 kept a different one of two such candidates than the float64 reference
 (magma-bench's ``agreement_with_reference`` 0.995 on the 2-core Xeon VM). The score tensors
 are a few thousand rows per question, so the wider type costs nothing measurable.
 """
