@@ -62,7 +62,7 @@ def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS,
     sim = Similarity(emb, emb.half(), queries, SimilarityConfig(matrix_min_batch=batch + 1 if scan else 1),
                      dtype=torch.float64)
     res = beam_search(graph.snapshot(n, m, num_episodes(n)), sim, intents, anchors, anchor_scores, relation_weights(weights, INTENTS),
-                      cfg, dtype=torch.float64)
+                      cfg)
     adj, ent = adjacency_lists(pairs)
     emb_l, out = emb.tolist(), []
     for b in range(batch):
@@ -116,14 +116,14 @@ def test_cuda_search_equals_cpu_search():
     scores = torch.rand(32, 5, generator=g, dtype=torch.float64)
     w = torch.rand(3, len(REL_ID), generator=g) * 4
     cpu = beam_search(graph.snapshot(400, 20, num_episodes(400)), Similarity(emb, None, q, dtype=torch.float64), intents, anchors, scores, w,
-                      cfg, torch.float64)
+                      cfg)
     gpu_graph = MultiGraph("cuda")
     for rel in RELATIONS:
         s, d, wt = graph.edges(rel)
         gpu_graph.add_edges(rel, s.cuda(), d.cuda(), wt.cuda())
     gpu = beam_search(gpu_graph.snapshot(400, 20, num_episodes(400)), Similarity(emb.cuda(), None, q.cuda(), dtype=torch.float64),
                       intents.cuda(), anchors.cuda(),
-                      scores.cuda(), w.cuda(), cfg, torch.float64)
+                      scores.cuda(), w.cuda(), cfg)
     as_set = lambda r: set(zip(r.query.tolist(), r.node.tolist()))  # noqa: E731
     assert as_set(cpu) == as_set(gpu)
 

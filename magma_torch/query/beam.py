@@ -31,6 +31,8 @@ from magma_torch.query.segment import lexsort, rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
+SCORE_DTYPE = torch.float64     # see the module doc
+
 
 @dataclass(frozen=True)
 class BeamResult:
@@ -46,8 +48,7 @@ class BeamResult:
 
 
 def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, anchors: torch.Tensor,
-                anchor_scores: torch.Tensor, weights: torch.Tensor, cfg: BeamConfig,
-                dtype: torch.dtype = torch.float64) -> BeamResult:
+                anchor_scores: torch.Tensor, weights: torch.Tensor, cfg: BeamConfig) -> BeamResult:
     """Expand ``anchors`` [B, K] (-1 padded) for the questions of ``sim`` with intents [B].
 
     ``weights`` is the [num_intents, num_relations] matrix w[T_q, r]; w = 0 removes relation r
@@ -56,7 +57,7 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
     device = anchors.device
     n = graph.num_events
     b_size = sim.batch_size
-    w = weights.to(device, dtype)
+    w = weights.to(device, SCORE_DTYPE)
     lam_w = cfg.lambda1 * w
     # A relation weighted 0 for the query's intent is removed, not merely down-weighted
     # (exp(0) would still score it): this is how the ablation configs switch a graph off.
@@ -64,7 +65,7 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
     valid = anchors >= 0
     a_q = torch.arange(b_size, device=device)[:, None].expand_as(anchors)[valid]
     a_n = anchors[valid]
-    a_s = anchor_scores[valid].to(dtype)
+    a_s = anchor_scores[valid].to(SCORE_DTYPE)
     # Anchors count against the node budget in their score order.
     perm = lexsort((a_q, False), (a_s, True), (a_n, False))
     a_q, a_n, a_s = a_q[perm], a_n[perm], a_s[perm]
@@ -86,18 +87,19 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         # Candidates: one row per (frontier row, neighbour): direct, through entity nodes and
         # through the frontier event's episode.
         seg, nbr, rel = graph.event_adj.gather(f_n)
-        spec = torch.ones_like(nbr, dtype=dtype)
+        spec = torch.ones_like(nbr, dtype=SCORE_DTYPE)
         seg1, ent, _ = graph.event_entity.gather(f_n)
         seg2, nbr2, rel2 = graph.entity_event.gather(ent)
         seg3, epi, _ = graph.event_episode.gather(f_n)
         seg4, nbr4, rel4 = graph.episode_event.gather(epi)
         via = torch.cat([torch.full_like(nbr, -1), ent[seg2], epi[seg4]])
-        spec = torch.cat([spec, entity_specificity(graph, ent, n, dtype)[seg2], torch.ones_like(nbr4, dtype=dtype)])
+        spec = torch.cat([spec, entity_specificity(graph, ent, n, SCORE_DTYPE)[seg2],
+                          torch.ones_like(nbr4, dtype=SCORE_DTYPE)])
         seg = torch.cat([seg, seg1[seg2], seg3[seg4]])
         nbr = torch.cat([nbr, nbr2, nbr4])
         rel = torch.cat([rel, rel2, rel4])
         c_q = f_q[seg]
-        cos = sim.pairs(c_q, nbr.clamp(max=n - 1), floor=cfg.drop_threshold).to(dtype)
+        cos = sim.pairs(c_q, nbr.clamp(max=n - 1), floor=cfg.drop_threshold).to(SCORE_DTYPE)
         # The parent itself (reached back through an entity) is caught by the visited test below.
         ok = (cos >= cfg.drop_threshold) & (nbr < n)
         if removed is not None:
