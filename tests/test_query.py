@@ -9,7 +9,7 @@ from magma_torch.query.anchors import (ContextConfig, chain_neighbours, context_
                                        inside_windows, keep_inside, rrf_fuse, speaker_ranking, speakers_named,
                                        time_ranking)
 from magma_torch.query.linearize import linearize
-from magma_torch.query.segment import lexsort, rank_in_group, top_ids, top_in_group
+from magma_torch.query.segment import first_in_group, lexsort, rank_in_group, top_ids, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.tables import EventRow, EventTable
 from magma_torch.text.tokens import count_tokens
@@ -139,13 +139,27 @@ def test_empty_memory_retrieves_nothing():
     assert (r.nodes, r.anchors, r.paths, r.context_ids) == ([], [], [], [])
 
 
-@pytest.mark.parametrize("skewed", [False, True])
-def test_top_in_group_equals_the_flat_lexsort(skewed):
+# skewed: one huge group takes the flat sort; one group (a single question) a plain sort
+@pytest.mark.parametrize("sizes", [[0, 3, 7, 1, 12], [0, 3, 7, 1, 12, 5000], [37]], ids=["padded", "skewed", "one"])
+def test_top_in_group_equals_the_flat_lexsort(sizes):
     g = torch.Generator().manual_seed(4)
-    sizes = [0, 3, 7, 1, 12] + ([5000] if skewed else [])           # skewed: one huge group takes the flat sort
     groups = torch.cat([torch.full((s,), i) for i, s in enumerate(sizes)])
     score = torch.randint(0, 4, (groups.numel(),), generator=g).double()   # many exact ties: the row order decides
     for k in (1, 4, 20):
         order = lexsort((groups, False), (score, True))
         want = order[rank_in_group(groups[order]) < k]
         assert top_in_group(groups, score, k, len(sizes)).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("levels", [4, 10**6], ids=["many-ties", "few-ties"])
+def test_segment_argbest_is_the_first_row_of_the_lexicographic_order(levels):
+    """Highest score, then lowest tie key, then lowest row; with and without tied best scores
+    (the fast path for untied segments must pick what the full rule picks)."""
+    from magma_torch.query.beam import _segment_argbest
+    g = torch.Generator().manual_seed(7)
+    segment = torch.cat([torch.arange(40), torch.randint(0, 40, (400,), generator=g)])   # every segment has a row
+    score = torch.randint(0, levels, (segment.numel(),), generator=g).double()
+    tie = torch.randint(0, 3, (segment.numel(),), generator=g)
+    order = lexsort((segment, False), (score, True), (tie, False))   # stable: lowest row last
+    want = order[first_in_group(segment[order])]
+    assert _segment_argbest(segment, 40, score, tie).tolist() == want.tolist()

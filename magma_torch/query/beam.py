@@ -27,7 +27,7 @@ import torch
 from torch_geometric.utils import index_sort, scatter
 
 from magma_torch.config.schema import BeamConfig
-from magma_torch.query.segment import lexsort, rank_in_group, top_in_group
+from magma_torch.query.segment import lexsort, rank_in_group, take, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
@@ -80,8 +80,8 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
     f_q, f_n, f_s = a_q, a_n, a_s
     for depth in range(1, cfg.max_depth + 1):
         room = cfg.max_nodes - count
-        live = (room[f_q] > 0).nonzero().squeeze(1)
-        f_q, f_n, f_s = f_q[live], f_n[live], f_s[live]
+        live = (room.index_select(0, f_q) > 0).nonzero().squeeze(1)
+        f_q, f_n, f_s = take(live, f_q, f_n, f_s)
         if f_n.numel() == 0:
             break
         # Candidates: one row per (frontier row, neighbour): direct, through entity nodes and
@@ -92,13 +92,14 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         seg2, nbr2, rel2 = graph.entity_event.gather(ent)
         seg3, epi, _ = graph.event_episode.gather(f_n)
         seg4, nbr4, rel4 = graph.episode_event.gather(epi)
-        via = torch.cat([torch.full_like(nbr, -1), ent[seg2], epi[seg4]])
-        spec = torch.cat([spec, entity_specificity(graph, ent, n, SCORE_DTYPE)[seg2],
+        (ent_of, seg_of_ent), (epi_of, seg_of_epi) = take(seg2, ent, seg1), take(seg4, epi, seg3)
+        via = torch.cat([torch.full_like(nbr, -1), ent_of, epi_of])
+        spec = torch.cat([spec, entity_specificity(graph, ent, n, SCORE_DTYPE).index_select(0, seg2),
                           torch.ones_like(nbr4, dtype=SCORE_DTYPE)])
-        seg = torch.cat([seg, seg1[seg2], seg3[seg4]])
+        seg = torch.cat([seg, seg_of_ent, seg_of_epi])
         nbr = torch.cat([nbr, nbr2, nbr4])
         rel = torch.cat([rel, rel2, rel4])
-        c_q = f_q[seg]
+        c_q = f_q.index_select(0, seg)
         cos = sim.pairs(c_q, nbr.clamp(max=n - 1), floor=cfg.drop_threshold).to(SCORE_DTYPE)
         # The parent itself (reached back through an entity) is caught by the visited test below.
         ok = (cos >= cfg.drop_threshold) & (nbr < n)
@@ -106,29 +107,30 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
             ok &= ~removed[intents[c_q], rel]
         # Surviving rows are carried as indices into the candidate columns, read when needed.
         idx = ok.nonzero().squeeze(1)
-        keys = c_q[idx] * n + nbr[idx]
+        keys = c_q.index_select(0, idx) * n + nbr.index_select(0, idx)
         if visited.numel():
             pos = torch.searchsorted(visited, keys).clamp(max=visited.numel() - 1)
-            fresh = (visited[pos] != keys).nonzero().squeeze(1)
-            idx, keys = idx[fresh], keys[fresh]
+            fresh = (visited.index_select(0, pos) != keys).nonzero().squeeze(1)
+            idx, keys = take(fresh, idx, keys)
         if idx.numel() == 0:
             break
-        r_seg, r_rel, r_q = seg[idx], rel[idx], c_q[idx]
-        score = cfg.gamma * f_s[r_seg] + torch.exp(lam_w[intents[r_q], r_rel] * spec[idx] + cfg.lambda2 * cos[idx])
+        r_seg, r_rel, r_q, r_spec, r_cos = take(idx, seg, rel, c_q, spec, cos)
+        score = cfg.gamma * f_s.index_select(0, r_seg) + torch.exp(
+            lam_w[intents.index_select(0, r_q), r_rel] * r_spec + cfg.lambda2 * r_cos)
         # Best incoming transition per (query, node): highest score, then lowest parent, then
         # relation, then the first candidate; segmented reductions instead of a 4-key sort.
         # Hubs (a speaker's entity node) reach the same node from many parents.
         pair_keys, inverse = torch.unique(keys, return_inverse=True)
-        best = _segment_argbest(inverse, pair_keys.numel(), score, f_n[r_seg] * len(REL_ID) + r_rel)
-        idx, score, r_q = idx[best], score[best], r_q[best]
+        best = _segment_argbest(inverse, pair_keys.numel(), score, f_n.index_select(0, r_seg) * len(REL_ID) + r_rel)
+        idx, score, r_q = take(best, idx, score, r_q)
         # Per-query top beam_width (bounded by the remaining budget); ties to the lower node id,
         # which is the order the (query, node) pairs are in already.
         perm = top_in_group(r_q, score, cfg.beam_width, b_size)
-        idx, score, r_q = idx[perm], score[perm], r_q[perm]
-        take = (rank_in_group(r_q) < room[r_q]).nonzero().squeeze(1)
-        idx, score, r_q = idx[take], score[take], r_q[take]
-        node = nbr[idx]
-        parts.append((r_q, node, score, f_n[seg[idx]], rel[idx], via[idx], torch.full_like(node, depth)))
+        idx, score, r_q = take(perm, idx, score, r_q)
+        kept = (rank_in_group(r_q) < room.index_select(0, r_q)).nonzero().squeeze(1)
+        idx, score, r_q = take(kept, idx, score, r_q)
+        node, parent_row, r_rel, r_via = take(idx, nbr, seg, rel, via)
+        parts.append((r_q, node, score, f_n.index_select(0, parent_row), r_rel, r_via, torch.full_like(node, depth)))
         visited = index_sort(torch.cat([visited, r_q * n + node]), max_value=b_size * n)[0]
         count = count + torch.bincount(r_q, minlength=b_size)
         f_q, f_n, f_s = r_q, node, score
@@ -148,9 +150,13 @@ def _segment_argbest(segment: torch.Tensor, num_segments: int, score: torch.Tens
                      tie: torch.Tensor) -> torch.Tensor:
     """Index of the best row of each segment, in segment order: highest score, then lowest
     ``tie``, then lowest index. Every segment must have a row (``segment`` is an inverse
-    from ``torch.unique``), so PyG's scatter leaves no empty segment at its fill value."""
+    from ``torch.unique``), so PyG's scatter leaves no empty segment at its fill value.
+    Float64 scores rarely tie, so the tie-breaking reductions run only when one does."""
     top = scatter(score, segment, 0, num_segments, reduce="max")
-    cand = score == top[segment]
+    cand = score == top.index_select(0, segment)
+    best = cand.nonzero().squeeze(1)
+    if best.numel() == num_segments:    # no segment has two best scores: the usual case
+        return best.new_empty(num_segments).index_put_((segment.index_select(0, best),), best)
     low = scatter(tie[cand], segment[cand], 0, num_segments, reduce="min")
     cand &= tie == low[segment]
     rows = torch.arange(score.numel(), device=score.device)

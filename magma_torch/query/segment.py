@@ -22,6 +22,12 @@ def rank_in_group(sorted_groups: torch.Tensor) -> torch.Tensor:
     return idx - torch.cummax(start, 0).values
 
 
+def take(index: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Rows ``index`` of each flat tensor. ``index_select``: on CPU a third of the per-call cost
+    of advanced indexing (``t[index]``), which the beam's depth loop pays dozens of times."""
+    return tuple(t.index_select(0, index) for t in tensors)
+
+
 def lexsort(*keys_desc_flags: tuple[torch.Tensor, bool]) -> torch.Tensor:
     """Lexicographic order: first key is the most significant (stable sorts, last to first)."""
     perm = None
@@ -40,6 +46,8 @@ def top_in_group(sorted_groups: torch.Tensor, score: torch.Tensor, k: int, num_g
     padding would outweigh its rows (one huge group) takes the flat sort instead."""
     if score.numel() == 0:
         return torch.zeros(0, dtype=torch.long, device=score.device)
+    if num_groups == 1:     # one question: a plain stable sort
+        return torch.sort(score, descending=True, stable=True).indices[:k]
     pos = rank_in_group(sorted_groups)
     width = int(pos.max()) + 1
     if num_groups * width > 4 * score.numel() + 4096:

@@ -64,15 +64,14 @@ class Similarity:
         if floor is None:
             return self._exact(keys)
         out = self.approx.view(-1).index_select(0, keys).to(self.dtype)
-        near = (out >= floor - self.error[q_idx]).nonzero().squeeze(1)
-        out[near] = self._exact(keys[near])
-        return out
+        near = (out >= floor - self.error.index_select(0, q_idx)).nonzero().squeeze(1)
+        return out.index_copy_(0, near, self._exact(keys.index_select(0, near)))
 
     def _exact(self, keys: torch.Tensor) -> torch.Tensor:
         # Each distinct pair's row is read once: hubs repeat the same (question, event) pairs.
         distinct, inverse = torch.unique(keys, return_inverse=True)
         q, v = distinct // self.num_events, distinct % self.num_events
-        return row_dots(self.queries, q, self.embeddings, v, self.dtype)[inverse]
+        return row_dots(self.queries, q, self.embeddings, v, self.dtype).index_select(0, inverse)
 
     def top_k(self, k: int) -> torch.Tensor:
         """[B, k] ids of each question's k most similar events, best first (ties: lower id;

@@ -44,8 +44,8 @@ class CSRSnapshot:
 def _row_bounds(rowptr, rows):
     """(start, degree) per row; rows the main CSR does not cover yet have degree 0."""
     inside = rows < rowptr.numel() - 1
-    start = rowptr[torch.where(inside, rows, torch.zeros_like(rows))]
-    end = rowptr[torch.where(inside, rows + 1, torch.zeros_like(rows))]
+    start = rowptr.index_select(0, torch.where(inside, rows, torch.zeros_like(rows)))
+    end = rowptr.index_select(0, torch.where(inside, rows + 1, torch.zeros_like(rows)))
     return start, end - start
 
 
@@ -57,7 +57,7 @@ def _gather_csr(rowptr, col, rel, rows):
 def _expand(start, deg, col, rel):
     seg = torch.repeat_interleave(deg)                      # row i repeated deg[i] times
     # entry j of row i sits at start[i] + j, where j = position - (entries before row i)
-    idx = (start - torch.cumsum(deg, 0) + deg)[seg] + torch.arange(seg.numel(), device=deg.device)
+    idx = (start - torch.cumsum(deg, 0) + deg).index_select(0, seg) + torch.arange(seg.numel(), device=deg.device)
     return seg, col.index_select(0, idx), rel.index_select(0, idx)
 
 
