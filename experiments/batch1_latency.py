@@ -3,9 +3,10 @@
     python experiments/batch1_latency.py --events 100000 --queries 200 --json out.json
 
 Builds magma-bench's synthetic memory (conf/bench/default.yaml), warms up, then times
-`QueryPath` one question at a time, every way in turn on each question: as configured; with the scan reading a float16 copy, a
-bfloat16 copy, or no copy (the [1, N] matrix of the fp32 rows), the same results by
-construction (tests/test_similarity.py), which shows what ``scan_dtype: auto`` should pick on
+`QueryPath` one question at a time, every way in turn on each question: as configured; with the
+store's copy of the embeddings a float32 [d, N] one (the ``columns`` way), a float16 or a
+bfloat16 one (the ``scan``), or no copy (the [1, N] matrix of the fp32 rows), the same results
+by construction (tests/test_similarity.py), which shows what ``scan_dtype: auto`` should pick on
 this CPU (magma_torch/hardware.py; run again with ATEN_CPU_CAPABILITY=avx2 or default for
 torch's other kernels); with every episode weight 0; and with the episode views removed from
 the snapshot (what the episode hops cost even when unused). The machine record names the
@@ -60,10 +61,10 @@ def main() -> None:
     bench = Bench.build(load_config(), args.events, args.warmup + args.queries, "cpu")
     r, snap = bench.retriever, bench.snap
     paths = {"as configured": QueryPath(snap, r, bench.device)}
-    for way in ("float16", "bfloat16", "float32"):
-        scan = None if way == "float32" else snap.embeddings.to(getattr(torch, way))
-        name = f"scan {way}" if scan is not None else "float32 matrix, no copy"
-        paths[name] = QueryPath(dataclasses.replace(snap, scan_embeddings=scan), r, bench.device)
+    copies = {"float32 columns": snap.embeddings.T.contiguous(), "scan float16": snap.embeddings.half(),
+              "scan bfloat16": snap.embeddings.bfloat16(), "float32 matrix, no copy": None}
+    for name, kept in copies.items():
+        paths[name] = QueryPath(dataclasses.replace(snap, scan_embeddings=kept), r, bench.device)
     no_hops = copy.copy(r)
     no_hops.weights = r.weights.clone()
     no_hops.weights[:, REL_ID["episode"]] = 0

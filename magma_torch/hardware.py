@@ -1,5 +1,5 @@
-"""What the CPU can do in half precision: recorded with every benchmark, and what
-``scan_dtype: auto`` decides by."""
+"""What the CPU can do in half precision, recorded with every benchmark, and the copy of the
+embeddings that ``scan_dtype: auto`` gives the store for small query batches."""
 from __future__ import annotations
 
 import platform
@@ -38,16 +38,18 @@ def cpu_flags() -> list[str]:
 
 
 def auto_scan_dtype(device: torch.device) -> torch.dtype:
-    """``scan_dtype: auto``: the half-precision copy the batch-1 scan reads on this device.
+    """``scan_dtype: auto``: the copy of the embeddings small query batches read on this device.
 
-    float16 on CUDA and wherever torch's CPU kernels are vectorised (AVX2, AVX-512, NEON...):
-    they convert fp16 with F16C/AVX-512 at memory speed. Without vectorised kernels
-    (``torch.backends.cpu.get_cpu_capability() == "DEFAULT"``) each fp16 value is converted
-    in scalar code, and bfloat16 (a shift to fp32) is the faster copy. Batch-1 p50 per query on a
-    2-core AMD EPYC (AVX512-BF16 and F16C, no native fp16), 10^5 events, one thread,
-    ``experiments/batch1_latency.py --threads 1``, float16 / bfloat16 copy / fp32 rows, no copy:
-    AVX-512 kernels 11.7 / 14.5 / 16.3 ms, AVX2 10.8 / 14.5 / 16.7, DEFAULT 37.0 / 15.9 / 17.0.
+    On CPU, float32 columns [d, N] (``Similarity``'s ``columns`` way): exact, so the anchors and
+    the beam read every pair from one product, and the product streams the d rows instead of
+    taking N dot products. Batch-1 p50 on the 2-core Intel Xeon VM (AVX-512, fp16 and bf16),
+    10^5 events, ``experiments/batch1_latency.py`` (BENCHMARKS.md), float32 columns / float16 /
+    bfloat16 scan / fp32 rows, no copy: 25.3 / 32.3 / 35.6 / 29.1 ms, and with scalar kernels
+    (``ATEN_CPU_CAPABILITY=default``; the product goes to the BLAS library either way) 24.8 / 62.8 /
+    34.6 / 29.1 ms. Earlier, on a 2-core AMD EPYC with one thread and before the columns way,
+    float16 / bfloat16 / fp32 rows: 11.7 / 14.5 / 16.3 ms under AVX-512 kernels, 37.0 / 15.9 / 17.0
+    with scalar ones, where torch converts fp16 value by value; the columns way is not measured there.
+    On CUDA, float16: a half-precision scan reads half the bytes, and cuBLAS reads rows or
+    columns alike.
     """
-    if device.type != "cpu" or torch.backends.cpu.get_cpu_capability() != "DEFAULT":
-        return torch.float16
-    return torch.bfloat16
+    return torch.float16 if device.type != "cpu" else torch.float32

@@ -412,8 +412,9 @@ def test_check_reports_derived_columns_that_drifted_from_the_embeddings(embedder
         mem.add_many(records()[:20])
         mem.check()
         mem.store.events.chain_dots.data[7, 0] += 0.5
-        mem.store.events.scan_embeddings.data[3] = 0
-        with pytest.raises(IntegrityError, match="(?s)scan_embeddings is not the torch.float16 copy.*chain_dots differ"):
+        copy = mem.store.events.scan_embeddings.data
+        copy[..., 3] = 0              # event 3 in a [d, N] copy (auto on CPU), dimension 3 in a [N, d] one
+        with pytest.raises(IntegrityError, match=f"(?s)scan_embeddings is not the {copy.dtype} copy.*chain_dots differ"):
             mem.check()
 
 

@@ -74,7 +74,7 @@ def needles_of(mem: MagmaMemory, row: int) -> dict[str, bytes]:
     any of them surviving is a leak) and the base64 the write-ahead log writes."""
     out = {w: w.encode() for w in ("Zorblax", "qwvmarker", "Qwertina", "Quexville")}
     fp32 = mem.store.events.embeddings.data[row].numpy().astype("<f4").tobytes()
-    fp16 = mem.store.events.scan_embeddings.data[row].numpy().astype("<f2").tobytes()
+    fp16 = mem.store.events.embeddings.data[row].numpy().astype("<f2").tobytes()
     out.update({f"fp32[{i}]": fp32[i:i + 64] for i in range(0, len(fp32), 64)})
     out.update({f"fp16[{i}]": fp16[i:i + 64] for i in range(0, len(fp16), 64)})
     out["base64"] = base64.b64encode(fp32).decode()[:60].encode()

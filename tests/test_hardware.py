@@ -1,4 +1,4 @@
-"""scan_dtype: auto picks the half-precision copy by what torch's CPU kernels can do; bad values fail clearly."""
+"""scan_dtype: auto gives a CPU store the float32 column copy, CUDA the float16 rows; bad values fail clearly."""
 from __future__ import annotations
 
 import os
@@ -10,31 +10,52 @@ import torch
 
 from magma_torch.hardware import HALF_FLAGS, auto_scan_dtype, cpu_flags, cpu_model
 from magma_torch.store.store import MemoryStore
+from magma_torch.store.tables import EventRow
 
 
-@pytest.mark.parametrize("capability, expected", [("AVX512", torch.float16), ("AVX2", torch.float16),
-                                                  ("DEFAULT", torch.bfloat16)])
-def test_auto_scan_dtype_follows_torchs_cpu_kernels(monkeypatch, capability, expected):
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-    assert auto_scan_dtype(torch.device("cpu")) == expected
+def test_auto_is_float32_columns_on_cpu_and_float16_on_cuda():
+    assert auto_scan_dtype(torch.device("cpu")) == torch.float32
     assert auto_scan_dtype(torch.device("cuda")) == torch.float16        # (no CUDA needed to decide)
-    assert MemoryStore(8, scan_dtype="auto").events.scan_embeddings.data.dtype == expected
+    store = MemoryStore(8, scan_dtype="auto")
+    assert store.events.scan_columns and store.events.scan_embeddings.data.shape == (8, 0)
 
 
 def test_store_keeps_an_explicit_scan_dtype_and_refuses_others():
     assert MemoryStore(8, scan_dtype="bfloat16").events.scan_embeddings.data.dtype == torch.bfloat16
     assert MemoryStore(8, scan_dtype="float16").events.scan_embeddings.data.dtype == torch.float16
-    with pytest.raises(ValueError, match="scan_dtype must be one of auto, float16, bfloat16, got 'float64'"):
+    with pytest.raises(ValueError, match="scan_dtype must be one of auto, float32, float16, bfloat16, got 'float64'"):
         MemoryStore(8, scan_dtype="float64")
 
 
-def test_without_vectorised_kernels_a_store_scans_bfloat16():
-    """In a process whose torch runs scalar kernels (ATEN_CPU_CAPABILITY=default), auto is bfloat16."""
+@pytest.mark.parametrize("scan_dtype", ["float32", "float16"])
+def test_the_copy_follows_the_embeddings_across_growth_and_old_snapshots_stay(scan_dtype):
+    """Appends past the copy's capacity (it doubles) keep it equal to the embeddings, as columns
+    [d, N] for float32 and rows for half precision; a snapshot taken earlier does not change."""
+    store = MemoryStore(4, scan_dtype=scan_dtype)
+    g = torch.Generator().manual_seed(0)
+    emb = torch.nn.functional.normalize(torch.randn(3000, 4, generator=g), dim=1)
+    ev = store.events
+
+    def append(a, b):
+        ev.append([EventRow(f"turn {i}", float(i), "s") for i in range(a, b)], emb[a:b])
+
+    append(0, 700)
+    view = store.snapshot().scan_embeddings
+    before = view.clone()
+    append(700, 3000)
+    copy = store.snapshot().scan_embeddings
+    assert torch.equal(copy.T if ev.scan_columns else copy, emb.to(getattr(torch, scan_dtype)))
+    assert torch.equal(view, before)
+
+
+def test_without_vectorised_kernels_auto_is_still_float32_columns():
+    """In a process whose torch runs scalar kernels (ATEN_CPU_CAPABILITY=default) the product
+    goes to the BLAS library, which keeps its own kernels: auto stays float32 columns."""
     code = ("import torch; from magma_torch.store.store import MemoryStore; "
             "print(torch.backends.cpu.get_cpu_capability(), MemoryStore(8).events.scan_embeddings.data.dtype)")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATEN_CPU_CAPABILITY": "default"},
                          capture_output=True, text=True, check=True, timeout=300).stdout.split()
-    assert out == ["DEFAULT", "torch.bfloat16"]
+    assert out == ["DEFAULT", "torch.float32"]
 
 
 def test_machine_record_names_the_cpu_and_its_half_precision_flags():

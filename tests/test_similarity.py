@@ -1,4 +1,5 @@
-"""query/similarity.py: the matrix and the half-precision scan give the same exact cosines and top-k."""
+"""query/similarity.py: the matrix, the float32 columns and the half-precision scan give the same
+exact cosines and top-k."""
 import pytest
 import torch
 
@@ -35,14 +36,16 @@ def test_scan_and_matrix_give_the_exact_top_k(k, half):
     want = exact_top(emb, q, k)
     assert scan.top_k(k).tolist() == want
     assert matrix.top_k(k).tolist() == want
+    columns = Similarity(emb, emb.T.contiguous(), q, SCAN, torch.float64)
+    assert columns.mode == "columns" and columns.top_k(k).tolist() == want
 
 
 def test_pairs_agree_and_short_lists_are_padded():
     emb, q = near_ties(n=40)
     qi, nodes = torch.tensor([0, 3, 3, 1]), torch.tensor([5, 3, 7, 39])
     want = (q[qi].double() * emb[nodes].double()).sum(-1)
-    for cfg in (MATRIX, SCAN):
-        sim = Similarity(emb, emb.half(), q, cfg, torch.float64)
+    for cfg, copy in ((MATRIX, emb.half()), (SCAN, emb.half()), (SCAN, emb.T.contiguous())):
+        sim = Similarity(emb, copy, q, cfg, torch.float64)
         assert torch.allclose(sim.pairs(qi, nodes), want, atol=1e-12)
         top = sim.top_k(45)
         assert top[:, 40:].eq(-1).all() and top[3, :2].tolist() == [3, 7]   # tie at cos 1: lower id first
@@ -52,6 +55,8 @@ def test_matrix_for_large_batches_or_without_a_half_precision_copy():
     emb, q = near_ties(n=100)
     assert Similarity(emb, emb.half(), q, SimilarityConfig(matrix_min_batch=4)).mode == "matrix"
     assert Similarity(emb, emb.half(), q, SimilarityConfig(matrix_min_batch=5)).mode == "scan"
+    assert Similarity(emb, emb.T.contiguous(), q, SimilarityConfig(matrix_min_batch=5)).mode == "columns"
+    assert Similarity(emb, emb.T.contiguous(), q, SimilarityConfig(matrix_min_batch=4)).mode == "matrix"
     assert Similarity(emb, None, q, SCAN).mode == "matrix"
 
 

@@ -352,7 +352,7 @@ def traffic_per_query(bench: Bench, batch: int) -> dict:
     candidates = int(adj + via_entity)
     b, n, d = q.shape[0], snap.num_events, snap.embeddings.shape[1]
     per_pass, mode = min(r.passes(snap, b)[0].stop, b), r.similarity_mode(snap, b)
-    score_bytes = r.dtype.itemsize if mode == "matrix" else snap.scan_embeddings.element_size()
+    score_bytes = snap.scan_embeddings.element_size() if mode == "scan" else r.dtype.itemsize
     scan_bytes = snap.embeddings.element_size() if mode == "matrix" else snap.scan_embeddings.element_size()
     similarity = n * d * scan_bytes / per_pass + 2 * n * score_bytes
     beam = candidates * (8 + 8 + 8 + score_bytes) / b

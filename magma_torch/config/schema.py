@@ -263,9 +263,9 @@ class MemoryConfig:
     # Store each event's cosine with its 1..chain_span chain predecessors: context views of up to 2 hops
     # (retrieval.context.hops) read their norms from it, wider ones gather rows.
     chain_span: int = 4
-    # Half-precision copy of the embeddings that small query batches pre-filter the dense top-k with
-    # (exact fp32 scores decide): float16, bfloat16 or auto (float16 where torch's CPU kernels are
-    # vectorised and on CUDA, else bfloat16: magma_torch/hardware.py).
+    # The copy of the embeddings small query batches read (query/similarity.py): float32 (kept as
+    # columns [d, N]: the exact product, streamed), float16 or bfloat16 (rows that pre-filter the
+    # dense top-k; exact fp32 scores decide), or auto (float32 on CPU, float16 on CUDA: magma_torch/hardware.py).
     scan_dtype: str = "auto"
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     bm25: Bm25Config = field(default_factory=Bm25Config)

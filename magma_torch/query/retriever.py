@@ -150,10 +150,9 @@ class Retriever:
         return [slice(a, a + size) for a in range(0, num_questions, size)]
 
     def similarity_mode(self, snap: StoreSnapshot, num_questions: int) -> str:
-        """"matrix" or "scan": how ``similarity`` scores a batch of this many questions (its first pass)."""
+        """"matrix", "columns" or "scan": how ``similarity`` scores a batch of this many questions (its first pass)."""
         size = self.passes(snap, num_questions)[0].stop if num_questions else 0
-        has_copy = snap.scan_embeddings is not None
-        return "matrix" if Similarity.uses_matrix(min(size, num_questions), has_copy, self.cfg.similarity) else "scan"
+        return Similarity.way(min(size, num_questions), snap.scan_embeddings, self.cfg.similarity)
 
     @torch.inference_mode()
     def similarity(self, snap: StoreSnapshot, q: torch.Tensor) -> Similarity:

@@ -2,12 +2,17 @@
 the query path: the dense ranking, the time ranking, the temporal-context views and the
 beam's transition scores.
 
-Embeddings are L2-normalised, so the inner product is the cosine. Two ways to the same
-exact values, chosen per batch (``SimilarityConfig``):
+Embeddings are L2-normalised, so the inner product is the cosine. Three ways to the same
+exact values (up to the order of each sum), chosen per batch (``SimilarityConfig``) and by
+the store's copy of the embeddings (``scan_dtype``, magma_torch/hardware.py):
 
 - ``matrix``: the [B, N] product Q·Eᵀ in the score dtype. One streaming pass over the
   embeddings serves the whole batch; every later lookup is an index into it. Wins once a
   batch is large enough for the matmul to be compute-bound.
+- ``columns``: the same matrix for a small batch, from the store's float32 copy of the
+  embeddings kept as columns [d, N]: the product streams each of the d rows once where the
+  row-major one takes N dot products of d (on the 2-core Xeon VM, one question over 10^5
+  events: 6.8 ms against 11.0, and 7.7 for the float16 scan below; BENCHMARKS.md).
 - ``scan``: a product with the store's half-precision copy of the embeddings (half the
   bytes of the pass that bounds a small batch) finds the top-k *candidates*; their exact
   scores, and every other pair's, come from the fp32 rows themselves. Rounding both vectors
@@ -36,19 +41,22 @@ class Similarity:
         self.embeddings, self.dtype = embeddings, dtype
         self.queries = queries.to(dtype)
         self.num_events, b_size = embeddings.shape[0], queries.shape[0]
-        use_matrix = self.uses_matrix(b_size, scan_embeddings is not None, cfg)
-        self.matrix = self.queries @ embeddings.to(dtype).T if use_matrix else None
+        self.mode = self.way(b_size, scan_embeddings, cfg)
+        self.matrix = (self.queries @ embeddings.to(dtype).T if self.mode == "matrix"
+                       else self.queries @ scan_embeddings.to(dtype) if self.mode == "columns" else None)
         # scan: approximate [B, N] cosines and the bound on their error, see the module doc
-        self.approx = None if use_matrix else self.queries.to(scan_embeddings.dtype) @ scan_embeddings.T
-        self.error = None if use_matrix else 2 * torch.finfo(scan_embeddings.dtype).eps * torch.linalg.vector_norm(
-            self.queries, dim=1)
-        self.mode = "matrix" if use_matrix else "scan"
+        scan = self.mode == "scan"
+        self.approx = self.queries.to(scan_embeddings.dtype) @ scan_embeddings.T if scan else None
+        self.error = 2 * torch.finfo(scan_embeddings.dtype).eps * torch.linalg.vector_norm(
+            self.queries, dim=1) if scan else None
 
     @staticmethod
-    def uses_matrix(batch_size: int, has_scan_copy: bool, cfg: SimilarityConfig) -> bool:
-        """Which way a batch goes: the matrix from ``matrix_min_batch`` questions (or without a
-        half-precision copy to scan), else the scan."""
-        return not has_scan_copy or batch_size >= cfg.matrix_min_batch
+    def way(batch_size: int, scan_embeddings: torch.Tensor | None, cfg: SimilarityConfig) -> str:
+        """Which way a batch goes: ``matrix`` from ``matrix_min_batch`` questions (or without a
+        copy), else the copy's: ``columns`` for the float32 [d, N] copy, ``scan`` for half precision."""
+        if scan_embeddings is None or batch_size >= cfg.matrix_min_batch:
+            return "matrix"
+        return "columns" if scan_embeddings.dtype == torch.float32 else "scan"
 
     @property
     def batch_size(self) -> int:

@@ -186,7 +186,8 @@ def check(store: MemoryStore) -> None:
 def _derived(store: MemoryStore) -> list[str]:
     ev, out = store.events, []
     scan = ev.scan_embeddings.data
-    if not torch.equal(scan, ev.embeddings.data.to(scan.dtype)):
+    rows = scan.T if ev.scan_columns else scan
+    if not torch.equal(rows, ev.embeddings.data.to(scan.dtype)):
         out.append(f"events.scan_embeddings is not the {scan.dtype} copy of events.embeddings")
     ids = torch.arange(len(ev), device=ev.prev.data.device)
     if not torch.allclose(ev.chain_dots.data, ev.predecessor_cosines(ids, ev.prev.data), atol=1e-5):

@@ -18,7 +18,7 @@ from magma_torch.store.keyword_index import KeywordIndex
 from magma_torch.store.tables import EntityTable, EpisodeTable, EventRow, EventTable
 from magma_torch.store.vector_index import VectorIndex
 
-SCAN_DTYPES = ("auto", "float16", "bfloat16")   # the half-precision copy of the embeddings (hardware.py)
+SCAN_DTYPES = ("auto", "float32", "float16", "bfloat16")   # the copy small query batches read (hardware.py)
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class StoreSnapshot:
     num_entities: int
     num_episodes: int
     embeddings: torch.Tensor          # [num_events, d]
-    scan_embeddings: torch.Tensor     # [num_events, d] half-precision copy for the query path's scan
+    scan_embeddings: torch.Tensor     # small batches' copy: float32 [d, num_events], or half precision [num_events, d]
     timestamps: torch.Tensor          # [num_events] float64 epoch seconds
     date_spans: torch.Tensor          # [num_events, 2] mentioned-date span, NaN when none
     prev: torch.Tensor                # [num_events] temporal-chain predecessor, -1 at a stream's start

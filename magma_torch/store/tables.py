@@ -51,8 +51,12 @@ class EventTable:
         # chain_dots[v, k-1] = e_v . e_{k-th chain predecessor of v} (0 past a stream's start), k <= chain_span:
         # a temporal-context view's norm is then a few scalar reads (query/anchors.py window_norms)
         self.chain_dots = GrowableTensor((chain_span,), dtype, device)
-        # half-precision copy: half the bytes for the query path's pre-filtering scan (query/similarity.py)
-        self.scan_embeddings = GrowableTensor((dim,), scan_dtype, device)
+        # The copy small query batches read (query/similarity.py): half-precision rows [N, d], half the
+        # bytes for a pre-filtering scan, or float32 columns [d, N], whose product is exact and streams
+        # each of the d rows once instead of taking N dot products.
+        self.scan_columns = scan_dtype == torch.float32
+        self.scan_embeddings = (GrowableTensor((), scan_dtype, device, lead_shape=(dim,)) if self.scan_columns
+                                else GrowableTensor((dim,), scan_dtype, device))
         self.timestamps = GrowableTensor((), torch.float64, device)
         # [start, end] epoch seconds of the dates the text mentions (NaN when none): the time signal
         self.date_spans = GrowableTensor((2,), torch.float64, device)
@@ -86,7 +90,7 @@ class EventTable:
         self.ids.extend(ids_given)
         self.next_id = max([self.next_id, *(i + 1 for i in ids_given)])
         self.embeddings.extend(embeddings)
-        self.scan_embeddings.extend(embeddings)
+        self.scan_embeddings.extend(embeddings.T if self.scan_columns else embeddings)
         self.timestamps.extend(torch.tensor([r.timestamp for r in rows], dtype=torch.float64))
         self.date_spans.extend(torch.tensor([date_span(r) for r in rows], dtype=torch.float64).reshape(-1, 2))
         self.rows.extend(rows)
