@@ -333,11 +333,12 @@ class Bench:
 def traffic_per_query(bench: Bench, batch: int) -> dict:
     """Estimate of the memory traffic of one batch, per question.
 
-    Similarity: a pass streams the embeddings once for all its questions (fp32 for the
-    matrix, the half-precision copy for the scan) and writes, then top-k reads, each
-    question's row of N scores. Beam, an upper bound: every kept node below max_depth
-    counts as expanded; each of its candidates costs its CSR entry (neighbour + relation,
-    int64 each), a visited-set probe (int64) and its score (a matrix read; on the scan, a
+    Similarity: a pass streams the embeddings once for all its questions (fp32 rows for the
+    matrix, the fp32 columns copy for ``columns``, the half-precision copy for the scan) and
+    writes, then top-k reads, each question's row of N scores. Beam, an upper bound: every kept
+    node below max_depth counts as expanded; each of its candidates costs its CSR entry
+    (neighbour + relation, int64 each), a visited-set probe (int64) and its score (a matrix
+    read, columns included; on the scan, a
     half-precision read, plus a 4-byte-per-dimension row for those near the drop threshold,
     not counted).
     """

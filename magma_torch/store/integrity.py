@@ -16,7 +16,8 @@
   events of its stream (first .. last, size), the membership edges say the same, the episode
   chain joins each stream's episodes in order, and episode embeddings sum their members';
 - traversal views: the CSR snapshots hold exactly the edges of the edge tensors;
-- derived columns: the half-precision scan copy and the chain cosines match the embeddings.
+- derived columns: the small batches' copy (float32 columns or half-precision rows) and the
+  chain cosines match the embeddings.
 """
 from __future__ import annotations
 
