@@ -36,8 +36,9 @@ def test_scan_and_matrix_give_the_exact_top_k(k, half):
     want = exact_top(emb, q, k)
     assert scan.top_k(k).tolist() == want
     assert matrix.top_k(k).tolist() == want
-    columns = Similarity(emb, emb.T.contiguous(), q, SCAN, torch.float64)
-    assert columns.mode == "columns" and columns.top_k(k).tolist() == want
+    for i in range(q.shape[0]):                                # the columns way takes one question
+        columns = Similarity(emb, emb.T.contiguous(), q[i:i + 1], SCAN, torch.float64)
+        assert columns.mode == "columns" and columns.top_k(k).tolist() == want[i:i + 1]
 
 
 def test_pairs_agree_and_short_lists_are_padded():
@@ -47,6 +48,8 @@ def test_pairs_agree_and_short_lists_are_padded():
     for cfg, copy in ((MATRIX, emb.half()), (SCAN, emb.half()), (SCAN, emb.T.contiguous())):
         sim = Similarity(emb, copy, q, cfg, torch.float64)
         assert torch.allclose(sim.pairs(qi, nodes), want, atol=1e-12)
+        one = Similarity(emb, copy, q[3:4], cfg, torch.float64)
+        assert torch.allclose(one.pairs(torch.zeros(2, dtype=torch.long), nodes[1:3]), want[1:3], atol=1e-12)
         top = sim.top_k(45)
         assert top[:, 40:].eq(-1).all() and top[3, :2].tolist() == [3, 7]   # tie at cos 1: lower id first
 
@@ -55,8 +58,8 @@ def test_matrix_for_large_batches_or_without_a_half_precision_copy():
     emb, q = near_ties(n=100)
     assert Similarity(emb, emb.half(), q, SimilarityConfig(matrix_min_batch=4)).mode == "matrix"
     assert Similarity(emb, emb.half(), q, SimilarityConfig(matrix_min_batch=5)).mode == "scan"
-    assert Similarity(emb, emb.T.contiguous(), q, SimilarityConfig(matrix_min_batch=5)).mode == "columns"
-    assert Similarity(emb, emb.T.contiguous(), q, SimilarityConfig(matrix_min_batch=4)).mode == "matrix"
+    assert Similarity(emb, emb.T.contiguous(), q[:1], SimilarityConfig(matrix_min_batch=5)).mode == "columns"
+    assert Similarity(emb, emb.T.contiguous(), q, SimilarityConfig(matrix_min_batch=5)).mode == "matrix"
     assert Similarity(emb, None, q, SCAN).mode == "matrix"
 
 

@@ -264,7 +264,7 @@ class MemoryConfig:
     # (retrieval.context.hops) read their norms from it, wider ones gather rows.
     chain_span: int = 4
     # The copy of the embeddings small query batches read (query/similarity.py): float32 (kept as
-    # columns [d, N]: the exact product, streamed), float16 or bfloat16 (rows that pre-filter the
+    # columns [d, N]: one question's exact product, streamed), float16 or bfloat16 (rows that pre-filter the
     # dense top-k; exact fp32 scores decide), or auto (float32 on CPU, float16 on CUDA: magma_torch/hardware.py).
     scan_dtype: str = "auto"
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)

@@ -9,10 +9,10 @@ the store's copy of the embeddings (``scan_dtype``, magma_torch/hardware.py):
 - ``matrix``: the [B, N] product Q·Eᵀ in the score dtype. One streaming pass over the
   embeddings serves the whole batch; every later lookup is an index into it. Wins once a
   batch is large enough for the matmul to be compute-bound.
-- ``columns``: the same matrix for a small batch, from the store's float32 copy of the
-  embeddings kept as columns [d, N]: the product streams each of the d rows once where the
-  row-major one takes N dot products of d (on the 2-core Xeon VM, one question over 10^5
-  events: 6.8 ms against 11.0, and 7.7 for the float16 scan below; BENCHMARKS.md).
+- ``columns``: the same matrix for one question, from the store's float32 copy of the
+  embeddings kept as columns [d, N]: the matrix-vector product streams each of the d rows once
+  where the row-major one takes N dot products of d (on the 2-core Xeon VM, one question over
+  10^5 events: about 7 ms against 11, and 8.5 for the float16 scan below; BENCHMARKS.md).
 - ``scan``: a product with the store's half-precision copy of the embeddings (half the
   bytes of the pass that bounds a small batch) finds the top-k *candidates*; their exact
   scores, and every other pair's, come from the fp32 rows themselves. Rounding both vectors
@@ -53,10 +53,16 @@ class Similarity:
     @staticmethod
     def way(batch_size: int, scan_embeddings: torch.Tensor | None, cfg: SimilarityConfig) -> str:
         """Which way a batch goes: ``matrix`` from ``matrix_min_batch`` questions (or without a
-        copy), else the copy's: ``columns`` for the float32 [d, N] copy, ``scan`` for half precision."""
+        copy), else the copy's: ``scan`` for a half-precision copy; for the float32 [d, N] copy,
+        ``columns`` for one question and ``matrix`` for more (BLAS streams the columns for a
+        matrix-vector product only: at 10^5 events on the Xeon VM, 6.4 ms for one question
+        against 12.4 from the rows, but 20-24 ms for 2 to 8 against 10-20 from the rows;
+        experiments/results/bench/history/scan_kernels_xeon_batches_2026-12-03.json)."""
         if scan_embeddings is None or batch_size >= cfg.matrix_min_batch:
             return "matrix"
-        return "columns" if scan_embeddings.dtype == torch.float32 else "scan"
+        if scan_embeddings.dtype == torch.float32:
+            return "columns" if batch_size == 1 else "matrix"
+        return "scan"
 
     @property
     def batch_size(self) -> int:
