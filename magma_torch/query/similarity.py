@@ -30,7 +30,7 @@ import torch
 
 from magma_torch.config.schema import SimilarityConfig
 from magma_torch.query.segment import rank_in_group, top_ids, top_in_group
-from magma_torch.store.tables import row_dots
+from magma_torch.store.tables import COLUMNS_DTYPE, row_dots
 
 
 class Similarity:
@@ -42,13 +42,14 @@ class Similarity:
         self.queries = queries.to(dtype)
         self.num_events, b_size = embeddings.shape[0], queries.shape[0]
         self.mode = self.way(b_size, scan_embeddings, cfg)
-        self.matrix = (self.queries @ embeddings.to(dtype).T if self.mode == "matrix"
-                       else self.queries @ scan_embeddings.to(dtype) if self.mode == "columns" else None)
-        # scan: approximate [B, N] cosines and the bound on their error, see the module doc
-        scan = self.mode == "scan"
-        self.approx = self.queries.to(scan_embeddings.dtype) @ scan_embeddings.T if scan else None
-        self.error = 2 * torch.finfo(scan_embeddings.dtype).eps * torch.linalg.vector_norm(
-            self.queries, dim=1) if scan else None
+        self.matrix = self.approx = self.error = None
+        if self.mode == "matrix":
+            self.matrix = self.queries @ embeddings.to(dtype).T
+        elif self.mode == "columns":
+            self.matrix = self.queries @ scan_embeddings.to(dtype)
+        else:   # scan: approximate [B, N] cosines and the bound on their error, see the module doc
+            self.approx = self.queries.to(scan_embeddings.dtype) @ scan_embeddings.T
+            self.error = 2 * torch.finfo(scan_embeddings.dtype).eps * torch.linalg.vector_norm(self.queries, dim=1)
 
     @staticmethod
     def way(batch_size: int, scan_embeddings: torch.Tensor | None, cfg: SimilarityConfig) -> str:
@@ -60,7 +61,7 @@ class Similarity:
         experiments/results/bench/history/scan_kernels_xeon_batches_2026-12-03.json)."""
         if scan_embeddings is None or batch_size >= cfg.matrix_min_batch:
             return "matrix"
-        if scan_embeddings.dtype == torch.float32:
+        if scan_embeddings.dtype == COLUMNS_DTYPE:
             return "columns" if batch_size == 1 else "matrix"
         return "scan"
 

@@ -10,6 +10,10 @@ import torch
 from magma_torch.store.growable import GrowableTensor
 
 
+# A copy of the embeddings in this dtype is kept as columns [d, N], any other as rows [N, d]
+# (EventTable.scan_embeddings; query/similarity.py reads each layout its own way).
+COLUMNS_DTYPE = torch.float32
+
 @dataclass
 class EventRow:
     """One event as the fast path hands it to the store."""
@@ -54,7 +58,7 @@ class EventTable:
         # The copy small query batches read (query/similarity.py): half-precision rows [N, d], half the
         # bytes for a pre-filtering scan, or float32 columns [d, N], whose product is exact and streams
         # each of the d rows once instead of taking N dot products.
-        self.scan_columns = scan_dtype == torch.float32
+        self.scan_columns = scan_dtype == COLUMNS_DTYPE
         self.scan_embeddings = (GrowableTensor((), scan_dtype, device, lead_shape=(dim,)) if self.scan_columns
                                 else GrowableTensor((dim,), scan_dtype, device))
         self.timestamps = GrowableTensor((), torch.float64, device)
