@@ -1,12 +1,16 @@
 """The batched beam search returns exactly the reference implementation's node sets."""
+import dataclasses
+
 import pytest
 import torch
 
+from magma_torch.config.resolve import ConfigError
+from magma_torch.query import beam
 from magma_torch.query.beam import BeamConfig, beam_search, relation_weights
 from magma_torch.query.reference import adjacency_lists, reference_beam_search
 from magma_torch.query.similarity import Similarity, SimilarityConfig
 from magma_torch.store.graph import REL_ID, RELATIONS, MultiGraph
-from magma_torch.testing import with_cuda
+from magma_torch.testing import with_cuda, with_package
 
 INTENTS = ("WHY", "WHEN", "ENTITY")
 
@@ -75,16 +79,23 @@ def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS,
     return out
 
 
+with_numba = with_package("numba", extra="fast")
+# (retrieval.beam.kernel, scan): cosines from the [B, N] matrix, searched by the tensor program or the
+# compiled one; or from the half-precision scan, which only the tensor program reads
+WAYS = [("torch", False), pytest.param(("numba", False), marks=with_numba), ("torch", True)]
+
+
 @pytest.mark.parametrize("shape", [
     dict(n=50, m=5, e=120), dict(n=300, m=20, e=900), dict(n=40, m=3, e=400),   # dense: many cycles
     dict(n=200, m=10, e=300, hub=True), dict(n=120, m=8, e=200, isolated=30), dict(n=30, m=1, e=10),
 ])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("scan", [False, True])
+@pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("batch", [12, 1])      # 1: one question's rescoring (store.tables.row_dots)
-def test_batched_equals_reference(shape, seed, scan, batch):
+def test_batched_equals_reference(shape, seed, way, batch):
+    kernel, scan = way
     cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40,
-                     drop_threshold=-0.2)
+                     drop_threshold=-0.2, kernel=kernel)
     graph, pairs, emb = random_graph(seed, shape["n"], shape["m"], shape["e"], shape.get("hub", False),
                                      shape.get("isolated", 0))
     for got, ref in run_both(graph, pairs, emb, shape["n"], shape["m"], cfg, seed, batch=batch, scan=scan):
@@ -129,11 +140,12 @@ def test_cuda_search_equals_cpu_search():
 
 
 @pytest.mark.parametrize("removed", list(REL_ID))
-def test_zero_weight_removes_relation(removed):
+@pytest.mark.parametrize("kernel", ["torch", pytest.param("numba", marks=with_numba)])
+def test_zero_weight_removes_relation(removed, kernel):
     """The ablations set a relation's weight to 0: the search must never step along it
     (exp(0) = 1 would still score it), and the reference must agree."""
     cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40,
-                     drop_threshold=-0.2)
+                     drop_threshold=-0.2, kernel=kernel)
     graph, pairs, emb = random_graph(0, 200, 10, 300, False, 0)
     uniform = {i: {r: 2.0 for r in REL_ID} for i in INTENTS}
     ablated = {i: {**row, removed: 0.0} for i, row in uniform.items()}
@@ -168,3 +180,48 @@ def test_scores_are_float64_over_float32_cosines():
     ref = reference_beam_search(adj, hubs, emb.tolist(), q[0].tolist(), weights["WHY"], [(0, 1000.0), (1, 1000.00003)],
                                 cfg)
     assert set(res.node.tolist()) == set(ref) == {0, 1, 3}
+
+
+@with_numba
+@pytest.mark.parametrize("shape", [dict(n=300, m=20, e=900), dict(n=40, m=3, e=400), dict(n=200, m=10, e=300, hub=True),
+                                   dict(n=120, m=8, e=200, isolated=30)])
+@pytest.mark.parametrize("batch", [12, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("ties", [False, True])
+def test_compiled_search_returns_the_tensor_programs_rows(shape, batch, dtype, ties):
+    """Row for row the same result (order, parents, relations, the entity or episode each hop went
+    through, depths), scores equal up to exp's last bits, with some relations removed and some not,
+    and both CSR parts (main and delta) walked. ``ties``: three distinct embeddings and equal anchor
+    scores, so that transitions tie and the tie rules decide (best parent, then lower node id)."""
+    cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40, drop_threshold=-0.2)
+    graph, _, emb = random_graph(3, shape["n"], shape["m"], shape["e"], shape.get("hub", False),
+                                 shape.get("isolated", 0))
+    n, g = shape["n"], torch.Generator().manual_seed(4)
+    q = torch.nn.functional.normalize(torch.randn(batch, 16, generator=g), dim=1)
+    anchors = torch.stack([torch.randperm(n, generator=g)[:6] for _ in range(batch)])
+    anchors[0, 3:] = -1
+    scores = torch.rand(batch, 6, generator=g, dtype=torch.float64) * 5
+    if ties:
+        emb, scores = emb[torch.randint(0, 3, (n,), generator=g)], torch.ones_like(scores)
+    intents = torch.randint(0, 3, (batch,), generator=g)
+    w = relation_weights({**WEIGHTS, "WHEN": {**WEIGHTS["WHEN"], "entity": 0.0}}, INTENTS)
+    snap, sim = graph.snapshot(n, shape["m"], num_episodes(n)), Similarity(emb, None, q, dtype=dtype)
+    tensor = beam_search(snap, sim, intents, anchors, scores, w, dataclasses.replace(cfg, kernel="torch"))
+    compiled = beam_search(snap, sim, intents, anchors, scores, w, dataclasses.replace(cfg, kernel="numba"))
+    assert tensor.node.numel() > 40 * batch // 2      # the searches went deep
+    for f in dataclasses.fields(tensor):
+        a, b = getattr(tensor, f.name), getattr(compiled, f.name)
+        if f.name == "score":
+            torch.testing.assert_close(b, a, rtol=1e-12, atol=0)
+        else:
+            assert torch.equal(a, b), f.name
+
+
+def test_beam_kernel_setting(monkeypatch):
+    assert beam.beam_kernel("torch") == "torch"
+    with pytest.raises(ConfigError, match="retrieval.beam.kernel must be one of auto, torch, numba, got 'cuda'"):
+        beam.beam_kernel("cuda")
+    monkeypatch.setattr(beam, "_numba_installed", lambda: False)
+    assert beam.beam_kernel("auto") == "torch"
+    with pytest.raises(ImportError, match=r"retrieval.beam.kernel=numba needs numba: pip install 'magma-torch\[fast\]'"):
+        beam.beam_kernel("numba")

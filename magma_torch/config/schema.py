@@ -150,6 +150,10 @@ class BeamConfig:
     # The best anchor starts as a hop of this weight: exp(lambda1 * anchor_weight + lambda2 * its cosine)
     # (Retriever.start_scores).
     anchor_weight: float = 4.0
+    # How the search runs on CPU: "numba" (compiled loops, query/beam_numba.py: the `fast` extra), "torch"
+    # (the tensor program, query/beam.py) or "auto" (numba when installed). Same results; CUDA and
+    # half-precision-scan batches always take the tensor program.
+    kernel: str = "auto"
 
 
 @dataclass

@@ -20,18 +20,22 @@ are a few thousand rows per question, so the wider type costs nothing measurable
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 from dataclasses import dataclass
 
 import torch
 from torch_geometric.utils import index_sort, scatter
 
+from magma_torch.config.resolve import ConfigError
 from magma_torch.config.schema import BeamConfig
 from magma_torch.query.segment import lexsort, rank_in_group, take, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 SCORE_DTYPE = torch.float64     # see the module doc
+KERNELS = ("auto", "torch", "numba")   # retrieval.beam.kernel
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,11 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
     # A relation weighted 0 for the query's intent is removed, not merely down-weighted
     # (exp(0) would still score it): this is how the ablation configs switch a graph off.
     removed = (w == 0) if bool((w == 0).any()) else None
+    if search_kernel(cfg.kernel, sim.mode, device) == "numba":
+        from magma_torch.query import beam_numba   # lazy: an optional accelerator
+
+        return BeamResult(*beam_numba.beam_search(graph, sim.matrix.contiguous(), intents, anchors.contiguous(),
+                                                  anchor_scores, lam_w, removed, cfg))
     valid = anchors >= 0
     a_q = torch.arange(b_size, device=device)[:, None].expand_as(anchors)[valid]
     a_n = anchors[valid]
@@ -135,6 +144,31 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         count = count + torch.bincount(r_q, minlength=b_size)
         f_q, f_n, f_s = r_q, node, score
     return BeamResult(*(torch.cat(col) for col in zip(*parts)))
+
+
+def beam_kernel(kernel: str) -> str:
+    """"torch" or "numba": the search ``retrieval.beam.kernel`` runs on CPU ("auto": numba when installed)."""
+    if kernel not in KERNELS:
+        raise ConfigError(f"retrieval.beam.kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    if kernel == "torch":
+        return kernel
+    if not _numba_installed():
+        if kernel == "numba":
+            raise ImportError("retrieval.beam.kernel=numba needs numba: pip install 'magma-torch[fast]'")
+        return "torch"
+    return "numba"
+
+
+def search_kernel(kernel: str, similarity_mode: str, device: torch.device) -> str:
+    """The search a batch runs: the compiled one reads cosines from a similarity matrix on CPU
+    (the ``matrix`` and ``columns`` ways, query/similarity.py); CUDA and the scan take the tensor program."""
+    on_matrix = similarity_mode in ("matrix", "columns") and torch.device(device).type == "cpu"
+    return beam_kernel(kernel) if on_matrix else "torch"
+
+
+@functools.cache
+def _numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
 
 
 def entity_specificity(graph: GraphSnapshot, entities: torch.Tensor, num_events: int,

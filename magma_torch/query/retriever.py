@@ -20,7 +20,8 @@ import torch
 from magma_torch.config.schema import SIGNALS, RetrievalConfig
 from magma_torch.query.anchors import (Anchors, context_candidates, context_scores, episode_ranking, inside_windows,
                                        keep_inside, rrf_fuse, speaker_ranking, speakers_named, time_ranking)
-from magma_torch.query.beam import BeamResult, beam_search, relation_weights, salience_order
+from magma_torch.query.beam import (BeamResult, beam_kernel, beam_search, relation_weights, salience_order,
+                                    search_kernel)
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.linearize import cut_block, format_time, linearize, render_blocks
 from magma_torch.query.rerank import feature_matrix, removed_relations, rerank
@@ -91,6 +92,7 @@ class Retriever:
         self.past = cfg.supersession.past_pattern()
         if cfg.mode not in ("graph", "full_context"):
             raise ValueError(f"unknown retrieval mode {cfg.mode!r}; options: ['graph', 'full_context']")
+        self.beam_kernel = beam_kernel(cfg.beam.kernel)   # a bad or uninstalled kernel fails here, not mid-query
 
     @torch.inference_mode()
     def retrieve_batch(self, snap: StoreSnapshot, questions: list[str], query_times: list[datetime | None],
@@ -153,6 +155,10 @@ class Retriever:
         """"matrix", "columns" or "scan": how ``similarity`` scores a batch of this many questions (its first pass)."""
         size = self.passes(snap, num_questions)[0].stop if num_questions else 0
         return Similarity.way(min(size, num_questions), snap.scan_embeddings, self.cfg.similarity)
+
+    def search_kernel(self, snap: StoreSnapshot, num_questions: int, device: torch.device) -> str:
+        """"numba" or "torch": the beam search a batch of this many questions runs (query/beam.py)."""
+        return search_kernel(self.cfg.beam.kernel, self.similarity_mode(snap, num_questions), device)
 
     @torch.inference_mode()
     def similarity(self, snap: StoreSnapshot, q: torch.Tensor) -> Similarity:

@@ -1,0 +1,202 @@
+"""Algorithm 1's beam search as compiled loops (numba), one question after another, on CPU.
+
+The tensor program (query/beam.py) pays a fixed cost of 5-20 µs per tensor operation on CPU,
+and one question's search is some 400 of them over a few thousand rows, so a single question
+spends most of its beam time in that overhead. Here the same search is plain loops compiled to
+machine code: the same candidates in the same order (direct edges, then entity hops, then
+episode hops; each CSR's main part before its delta), the same float64 scores and the same
+tie rules, so it returns what the tensor program returns (tests/test_beam.py runs both, and the
+reference, on the same graphs). It reads cosines from the batch's similarity matrix, so it
+serves the ``matrix`` and ``columns`` ways (query/similarity.py), not the half-precision scan.
+
+Imported lazily, only when ``retrieval.beam.kernel`` picks it (query/beam.py): numba is an
+optional accelerator (the ``fast`` extra), as pyg-lib is for PyG.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import torch
+
+from magma_torch.store.csr import CSRSnapshot
+from magma_torch.store.graph import REL_ID, GraphSnapshot
+
+NUM_RELATIONS = len(REL_ID)
+
+
+def beam_search(graph: GraphSnapshot, matrix: torch.Tensor, intents: torch.Tensor, anchors: torch.Tensor,
+                anchor_scores: torch.Tensor, lam_w: torch.Tensor, removed: torch.Tensor | None, cfg) -> tuple:
+    """The columns of a ``BeamResult`` (query, node, score, parent, relation, via, depth) for the
+    questions of ``matrix`` [B, N] (their cosines with the snapshot's events); the arguments are
+    query/beam.py's ``beam_search``'s, with ``lam_w`` = lambda1 * w and ``removed`` its zero-weight
+    mask (None: no relation removed)."""
+    b_size = anchors.shape[0]
+    cap = b_size * cfg.max_nodes
+    out_long = np.empty((6, cap), dtype=np.int64)
+    out_score = np.empty(cap, dtype=np.float64)
+    no_removal = np.zeros((1, 1), dtype=np.bool_)
+    count = _search(matrix.numpy(), intents.numpy(), anchors.numpy(), anchor_scores.to(torch.float64).numpy(),
+                    lam_w.numpy(), no_removal if removed is None else removed.numpy(), removed is not None,
+                    _arrays(graph.event_adj), _arrays(graph.event_entity), _arrays(graph.entity_event),
+                    _arrays(graph.event_episode), _arrays(graph.episode_event), graph.num_events,
+                    float(cfg.gamma), float(cfg.lambda2), float(cfg.drop_threshold), int(cfg.max_depth),
+                    int(cfg.beam_width), int(cfg.max_nodes), out_long, out_score)
+    q, node, parent, rel, via, depth = (torch.from_numpy(out_long[i, :count]) for i in range(6))
+    score = torch.from_numpy(out_score[:count])
+    cols = (q, node, score, parent, rel, via, depth)
+    if b_size > 1:   # the tensor program's row order: depth by depth, questions in order within one
+        order = torch.sort(depth, stable=True).indices
+        cols = tuple(c.index_select(0, order) for c in cols)
+    return cols
+
+
+def _arrays(csr: CSRSnapshot) -> tuple:
+    return tuple(t.numpy() for t in (csr.rowptr, csr.col, csr.rel, csr.delta_row, csr.delta_col, csr.delta_rel))
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather(csr, rows):
+    """CSRSnapshot.gather: (position in rows, neighbour, relation) of every out-edge of ``rows``,
+    the main part's edges for every row first, then the delta's."""
+    rowptr, col, rel, d_row, d_col, d_rel = csr
+    n_main = rowptr.shape[0] - 1
+    total = 0
+    for r in rows:
+        if r < n_main:
+            total += rowptr[r + 1] - rowptr[r]
+    lo = np.searchsorted(d_row, rows, side="left")
+    hi = np.searchsorted(d_row, rows, side="right")
+    total += np.sum(hi - lo)
+    seg = np.empty(total, dtype=np.int64)
+    nbr = np.empty(total, dtype=np.int64)
+    out_rel = np.empty(total, dtype=np.int64)
+    j = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r < n_main:
+            for e in range(rowptr[r], rowptr[r + 1]):
+                seg[j], nbr[j], out_rel[j] = i, col[e], rel[e]
+                j += 1
+    for i in range(rows.shape[0]):
+        for e in range(lo[i], hi[i]):
+            seg[j], nbr[j], out_rel[j] = i, d_col[e], d_rel[e]
+            j += 1
+    return seg, nbr, out_rel
+
+
+@numba.njit(cache=True, nogil=True)
+def _degree(csr, row):
+    rowptr, _, _, d_row, _, _ = csr
+    deg = rowptr[row + 1] - rowptr[row] if row < rowptr.shape[0] - 1 else 0
+    return deg + np.searchsorted(d_row, row, side="right") - np.searchsorted(d_row, row, side="left")
+
+
+@numba.njit(cache=True, nogil=True)
+def _emit(out_long, out_score, row, query, node, score, parent, relation, via, depth):
+    out_long[0, row], out_long[1, row], out_long[2, row] = query, node, parent
+    out_long[3, row], out_long[4, row], out_long[5, row] = relation, via, depth
+    out_score[row] = score
+
+
+@numba.njit(cache=True, nogil=True)
+def _search(matrix, intents, anchors, anchor_scores, lam_w, removed, any_removed, adj, ev_ent, ent_ev, ev_epi,
+            epi_ev, n, gamma, lambda2, drop, max_depth, beam_width, max_nodes, out_long, out_score):
+    visited = np.zeros(n, dtype=np.bool_)
+    slot_of = np.full(n, -1, dtype=np.int64)      # a node's candidate slot at the current depth
+    log_n = math.log(n) if n >= 2 else 1.0
+    rows = 0
+    for b in range(anchors.shape[0]):
+        first_row = rows
+        intent = intents[b]
+        # Anchors in score order (ties: lower id), at most max_nodes of them.
+        valid = anchors[b] >= 0
+        a_node, a_score = anchors[b][valid], anchor_scores[b][valid]
+        by_node = np.argsort(a_node, kind="mergesort")
+        order = by_node[np.argsort(-a_score[by_node], kind="mergesort")][:max_nodes]
+        f_node, f_score = a_node[order], a_score[order]
+        for i in range(f_node.shape[0]):
+            visited[f_node[i]] = True
+            _emit(out_long, out_score, rows, b, f_node[i], f_score[i], -1, -1, -1, 0)
+            rows += 1
+        count = f_node.shape[0]
+        for depth in range(1, max_depth + 1):
+            room = max_nodes - count
+            if room <= 0 or f_node.shape[0] == 0:
+                break
+            seg, nbr, rel = _gather(adj, f_node)
+            seg1, ent, _ = _gather(ev_ent, f_node)
+            seg2, nbr2, rel2 = _gather(ent_ev, ent)
+            seg3, epi, _ = _gather(ev_epi, f_node)
+            seg4, nbr4, rel4 = _gather(epi_ev, epi)
+            spec_of_ent = np.empty(ent.shape[0])
+            for i in range(ent.shape[0]):
+                df = max(_degree(ent_ev, ent[i]), 1)
+                spec_of_ent[i] = min(max(math.log(n / df) / log_n, 0.0), 1.0) if n >= 2 else 1.0
+            total = nbr.shape[0] + nbr2.shape[0] + nbr4.shape[0]
+            # Best candidate per node: highest score, then lowest parent * relations + relation,
+            # then the first in candidate order (so a later one replaces only a strictly better one).
+            touched = np.empty(total, dtype=np.int64)
+            c_score = np.empty(total)
+            c_tie = np.empty(total, dtype=np.int64)
+            c_parent = np.empty(total, dtype=np.int64)
+            c_rel = np.empty(total, dtype=np.int64)
+            c_via = np.empty(total, dtype=np.int64)
+            m = 0
+            for j in range(total):
+                if j < nbr.shape[0]:
+                    row, v, r, via, spec = seg[j], nbr[j], rel[j], -1, 1.0
+                elif j < nbr.shape[0] + nbr2.shape[0]:
+                    k = seg2[j - nbr.shape[0]]
+                    row, v, r, via, spec = seg1[k], nbr2[j - nbr.shape[0]], rel2[j - nbr.shape[0]], ent[k], \
+                        spec_of_ent[k]
+                else:
+                    k = seg4[j - nbr.shape[0] - nbr2.shape[0]]
+                    jj = j - nbr.shape[0] - nbr2.shape[0]
+                    row, v, r, via, spec = seg3[k], nbr4[jj], rel4[jj], epi[k], 1.0
+                if v >= n or visited[v]:
+                    continue
+                cos = np.float64(matrix[b, v])
+                if not cos >= drop or (any_removed and removed[intent, r]):
+                    continue
+                s = gamma * f_score[row] + math.exp(lam_w[intent, r] * spec + lambda2 * cos)
+                tie = f_node[row] * NUM_RELATIONS + r
+                slot = slot_of[v]
+                if slot < 0:
+                    slot = m
+                    slot_of[v] = slot
+                    touched[m] = v
+                    m += 1
+                elif not (s > c_score[slot] or (s == c_score[slot] and tie < c_tie[slot])):
+                    continue
+                c_score[slot], c_tie[slot], c_parent[slot] = s, tie, f_node[row]
+                c_rel[slot], c_via[slot] = r, via
+            # The best min(beam_width, room) by score (ties: lower node id).
+            take = min(beam_width, room, m)
+            chosen = np.empty(take, dtype=np.int64)
+            for t in range(take):
+                best = -1
+                for slot in range(m):
+                    if slot_of[touched[slot]] < 0:
+                        continue      # already chosen
+                    if best < 0 or c_score[slot] > c_score[best] or (
+                            c_score[slot] == c_score[best] and touched[slot] < touched[best]):
+                        best = slot
+                chosen[t] = best
+                slot_of[touched[best]] = -1
+            for slot in range(m):
+                slot_of[touched[slot]] = -1
+            f_node = np.empty(take, dtype=np.int64)
+            f_score = np.empty(take)
+            for t in range(take):
+                slot = chosen[t]
+                v = touched[slot]
+                visited[v] = True
+                _emit(out_long, out_score, rows, b, v, c_score[slot], c_parent[slot], c_rel[slot], c_via[slot], depth)
+                f_node[t], f_score[t] = v, c_score[slot]
+                rows += 1
+            count += take
+        for i in range(first_row, rows):
+            visited[out_long[1, i]] = False
+    return rows
