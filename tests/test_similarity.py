@@ -3,7 +3,7 @@ exact cosines and top-k."""
 import pytest
 import torch
 
-from magma_torch.query.similarity import Similarity, SimilarityConfig
+from magma_torch.query.similarity import SAMPLE_STRIDE, Similarity, SimilarityConfig
 
 MATRIX, SCAN = SimilarityConfig(matrix_min_batch=1), SimilarityConfig(matrix_min_batch=10**9)
 
@@ -39,6 +39,18 @@ def test_scan_and_matrix_give_the_exact_top_k(k, half):
     for i in range(q.shape[0]):                                # the columns way takes one question
         columns = Similarity(emb, emb.T.contiguous(), q[i:i + 1], SCAN, torch.float64)
         assert columns.mode == "columns" and columns.top_k(k).tolist() == want[i:i + 1]
+
+
+def test_matrix_top_k_reads_the_cosines_above_a_sampled_bound():
+    """On CPU the matrix way keeps the cosines at or above a bound taken from every SAMPLE_STRIDE-th
+    one; where that leaves fewer than k in a row, torch.topk decides, and the top k is exact both ways."""
+    emb, q = near_ties(n=5000)
+    sim = Similarity(emb, None, q, MATRIX, torch.float64)
+    assert sim._above_sampled_bound(50)[0] is not None and sim.top_k(50).tolist() == exact_top(emb, q, 50)
+    # the sampled events are question 0 itself: the bound passes them alone, fewer than k
+    emb[::SAMPLE_STRIDE] = q[0]
+    sim = Similarity(emb, None, q, MATRIX, torch.float64)
+    assert sim._above_sampled_bound(100)[0] is None and sim.top_k(100).tolist() == exact_top(emb, q, 100)
 
 
 def test_pairs_agree_and_short_lists_are_padded():
