@@ -9,8 +9,10 @@ bfloat16 one (the ``scan``), or no copy (the [1, N] matrix of the fp32 rows), th
 by construction (tests/test_similarity.py), which shows what ``scan_dtype: auto`` should pick on
 this CPU (magma_torch/hardware.py; run again with ATEN_CPU_CAPABILITY=avx2 or default for
 torch's other kernels); with every episode weight 0; and with the episode views removed from
-the snapshot (what the episode hops cost even when unused). The machine record names the
-CPU's half-precision flags.
+the snapshot (what the episode hops cost even when unused); and with the beam search as the
+tensor program instead of the configured kernel (``retrieval.beam.kernel``, query/beam.py: the
+compiled one on CPU where numba is installed). The machine record names the CPU's
+half-precision flags.
 """
 from __future__ import annotations
 
@@ -72,8 +74,12 @@ def main() -> None:
     empty = IncrementalCSR("cpu").snapshot(0)
     graph = dataclasses.replace(snap.graph, event_episode=empty, episode_event=empty)
     paths["episode views removed"] = QueryPath(dataclasses.replace(snap, graph=graph), r, bench.device)
+    tensor_beam = copy.copy(r)
+    tensor_beam.cfg = dataclasses.replace(r.cfg, beam=dataclasses.replace(r.cfg.beam, kernel="torch"))
+    paths["beam: tensor program"] = QueryPath(snap, tensor_beam, bench.device)
     runs = timed(bench, paths, args.warmup, args.queries)
-    out = {"scan_dtype": str(snap.scan_embeddings.dtype), "events": args.events, "queries": args.queries,
+    out = {"scan_dtype": str(snap.scan_embeddings.dtype), "beam_kernel": r.search_kernel(snap, 1, bench.device),
+           "events": args.events, "queries": args.queries,
            "warmup": args.warmup, "runs": runs, **machine()}
     print(json.dumps(out, indent=2))
     if args.json:
