@@ -10,7 +10,7 @@ by construction (tests/test_similarity.py), which shows what ``scan_dtype: auto`
 this CPU (magma_torch/hardware.py; run again with ATEN_CPU_CAPABILITY=avx2 or default for
 torch's other kernels); with every episode weight 0; and with the episode views removed from
 the snapshot (what the episode hops cost even when unused); and with the beam search as the
-tensor program instead of the configured kernel (``retrieval.beam.kernel``, query/beam.py: the
+tensor program instead of the configured kernel (``retrieval.kernel``, query/kernel.py: the
 compiled one on CPU where numba is installed). The machine record names the CPU's
 half-precision flags.
 """
@@ -75,7 +75,7 @@ def main() -> None:
     graph = dataclasses.replace(snap.graph, event_episode=empty, episode_event=empty)
     paths["episode views removed"] = QueryPath(dataclasses.replace(snap, graph=graph), r, bench.device)
     tensor_beam = copy.copy(r)
-    tensor_beam.cfg = dataclasses.replace(r.cfg, beam=dataclasses.replace(r.cfg.beam, kernel="torch"))
+    tensor_beam.kernel = "torch"
     paths["beam: tensor program"] = QueryPath(snap, tensor_beam, bench.device)
     runs = timed(bench, paths, args.warmup, args.queries)
     out = {"scan_dtype": str(snap.scan_embeddings.dtype), "beam_kernel": r.search_kernel(snap, 1, bench.device),

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from magma_torch.config.resolve import ConfigError
-from magma_torch.query import beam
+from magma_torch.query import kernel
 from magma_torch.query.beam import BeamConfig, beam_search, relation_weights
 from magma_torch.query.reference import adjacency_lists, reference_beam_search
 from magma_torch.query.similarity import Similarity, SimilarityConfig
@@ -55,7 +55,8 @@ WEIGHTS = {"WHY": {"temporal": 1.0, "semantic": 1.5, "causal": 4.0, "entity": 2.
            "ENTITY": {"temporal": 1.0, "semantic": 2.0, "causal": 1.0, "entity": 5.0, "episode": 1.0}}
 
 
-def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS, result=None, scan=False):
+def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS, result=None, scan=False,
+             kernel="torch"):
     g = torch.Generator().manual_seed(seed + 1)
     queries = torch.nn.functional.normalize(torch.randn(batch, 16, generator=g), dim=1)
     intents = torch.randint(0, 3, (batch,), generator=g)
@@ -66,7 +67,7 @@ def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS,
     sim = Similarity(emb, emb.half(), queries, SimilarityConfig(matrix_min_batch=batch + 1 if scan else 1),
                      dtype=torch.float64)
     res = beam_search(graph.snapshot(n, m, num_episodes(n)), sim, intents, anchors, anchor_scores, relation_weights(weights, INTENTS),
-                      cfg)
+                      cfg, kernel)
     adj, ent = adjacency_lists(pairs)
     emb_l, out = emb.tolist(), []
     for b in range(batch):
@@ -80,7 +81,7 @@ def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS,
 
 
 with_numba = with_package("numba", extra="fast")
-# (retrieval.beam.kernel, scan): cosines from the [B, N] matrix, searched by the tensor program or the
+# (retrieval.kernel, scan): cosines from the [B, N] matrix, searched by the tensor program or the
 # compiled one; or from the half-precision scan, which only the tensor program reads
 WAYS = [("torch", False), pytest.param(("numba", False), marks=with_numba), ("torch", True)]
 
@@ -95,10 +96,11 @@ WAYS = [("torch", False), pytest.param(("numba", False), marks=with_numba), ("to
 def test_batched_equals_reference(shape, seed, way, batch):
     kernel, scan = way
     cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40,
-                     drop_threshold=-0.2, kernel=kernel)
+                     drop_threshold=-0.2)
     graph, pairs, emb = random_graph(seed, shape["n"], shape["m"], shape["e"], shape.get("hub", False),
                                      shape.get("isolated", 0))
-    for got, ref in run_both(graph, pairs, emb, shape["n"], shape["m"], cfg, seed, batch=batch, scan=scan):
+    for got, ref in run_both(graph, pairs, emb, shape["n"], shape["m"], cfg, seed, batch=batch, scan=scan,
+                             kernel=kernel):
         assert set(got) == set(ref)
         for v in ref:
             assert got[v] == pytest.approx(ref[v], rel=1e-9)
@@ -145,19 +147,19 @@ def test_zero_weight_removes_relation(removed, kernel):
     """The ablations set a relation's weight to 0: the search must never step along it
     (exp(0) = 1 would still score it), and the reference must agree."""
     cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40,
-                     drop_threshold=-0.2, kernel=kernel)
+                     drop_threshold=-0.2)
     graph, pairs, emb = random_graph(0, 200, 10, 300, False, 0)
     uniform = {i: {r: 2.0 for r in REL_ID} for i in INTENTS}
     ablated = {i: {**row, removed: 0.0} for i, row in uniform.items()}
     res = []
-    for got, ref in run_both(graph, pairs, emb, 200, 10, cfg, 0, weights=ablated, result=res):
+    for got, ref in run_both(graph, pairs, emb, 200, 10, cfg, 0, weights=ablated, result=res, kernel=kernel):
         assert set(got) == set(ref)
     assert REL_ID[removed] not in res[0].relation.tolist()
     # with the weight restored (above the others: an entity hop counts by the entity's specificity)
     # the same search does step along that relation
     res = []
     run_both(graph, pairs, emb, 200, 10, cfg, 0, weights={i: {**row, removed: 6.0} for i, row in uniform.items()},
-             result=res)
+             result=res, kernel=kernel)
     assert REL_ID[removed] in res[0].relation.tolist()
 
 
@@ -206,8 +208,8 @@ def test_compiled_search_returns_the_tensor_programs_rows(shape, batch, dtype, t
     intents = torch.randint(0, 3, (batch,), generator=g)
     w = relation_weights({**WEIGHTS, "WHEN": {**WEIGHTS["WHEN"], "entity": 0.0}}, INTENTS)
     snap, sim = graph.snapshot(n, shape["m"], num_episodes(n)), Similarity(emb, None, q, dtype=dtype)
-    tensor = beam_search(snap, sim, intents, anchors, scores, w, dataclasses.replace(cfg, kernel="torch"))
-    compiled = beam_search(snap, sim, intents, anchors, scores, w, dataclasses.replace(cfg, kernel="numba"))
+    tensor = beam_search(snap, sim, intents, anchors, scores, w, cfg, "torch")
+    compiled = beam_search(snap, sim, intents, anchors, scores, w, cfg, "numba")
     assert tensor.node.numel() > 40 * batch // 2      # the searches went deep
     for f in dataclasses.fields(tensor):
         a, b = getattr(tensor, f.name), getattr(compiled, f.name)
@@ -217,11 +219,15 @@ def test_compiled_search_returns_the_tensor_programs_rows(shape, batch, dtype, t
             assert torch.equal(a, b), f.name
 
 
-def test_beam_kernel_setting(monkeypatch):
-    assert beam.beam_kernel("torch") == "torch"
-    with pytest.raises(ConfigError, match="retrieval.beam.kernel must be one of auto, torch, numba, got 'cuda'"):
-        beam.beam_kernel("cuda")
-    monkeypatch.setattr(beam, "_numba_installed", lambda: False)
-    assert beam.beam_kernel("auto") == "torch"
-    with pytest.raises(ImportError, match=r"retrieval.beam.kernel=numba needs numba: pip install 'magma-torch\[fast\]'"):
-        beam.beam_kernel("numba")
+def test_kernel_setting(monkeypatch):
+    assert kernel.resolve_kernel("torch") == "torch"
+    with pytest.raises(ConfigError, match="retrieval.kernel must be one of auto, torch, numba, got 'cuda'"):
+        kernel.resolve_kernel("cuda")
+    monkeypatch.setattr(kernel, "_numba_installed", lambda: False)
+    assert kernel.resolve_kernel("auto") == "torch"
+    with pytest.raises(ImportError, match=r"retrieval.kernel=numba needs numba: pip install 'magma-torch\[fast\]'"):
+        kernel.resolve_kernel("numba")
+    # the compiled search reads a similarity matrix on CPU; the scan and CUDA take the tensor program
+    assert [kernel.search_kernel("numba", mode, "cpu") for mode in ("matrix", "columns", "scan")] == [
+        "numba", "numba", "torch"]
+    assert kernel.search_kernel("numba", "matrix", "cuda") == kernel.search_kernel("torch", "matrix", "cpu") == "torch"

@@ -18,7 +18,7 @@ from magma_torch.hardware import auto_scan_dtype, cpu_flags, cpu_model
 from magma_torch.ingest import bulk
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.query.anchors import time_ranking
-from magma_torch.query.beam import beam_kernel
+from magma_torch.query.kernel import resolve_kernel
 from magma_torch.config.resolve import settings, typed
 from magma_torch.config.schema import RetrievalConfig
 from magma_torch.query.retriever import Retriever
@@ -139,8 +139,8 @@ def test_magma_bench_writes_every_contract_key(tmp_path):
     assert record["machine"].startswith(cpu_model()) and record["cpu_flags"] == cpu_flags()
     assert record["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert record["scan_dtype"] == str(auto_scan_dtype(torch.device("cpu"))) and len(record["load_average_1_5_15"]) == 3
-    # the beam search each batch size ran: compiled on CPU wherever numba is installed (retrieval.beam.kernel auto)
-    assert record["beam_kernel"] == dict.fromkeys(("batch", "batch_1"), beam_kernel("auto"))
+    # the beam search each batch size ran: compiled on CPU wherever numba is installed (retrieval.kernel auto)
+    assert record["beam_kernel"] == dict.fromkeys(("batch", "batch_1"), resolve_kernel("auto"))
 
 
 def test_magma_bench_prints_json_then_a_summary_and_takes_the_extra_query_counts(capsys):

@@ -15,8 +15,10 @@ import torch
 from magma_torch import MagmaMemory
 from magma_torch.config.schema import RELATIONS, SIGNALS, RerankWeights
 from magma_torch.query.beam import entity_specificity
-from magma_torch.query.rerank import FEATURES, feature_matrix, rerank, removed_relations, with_weights
-from magma_torch.store.graph import REL_ID
+from magma_torch.query.rerank import (FEATURES, _compiled_support, _support, feature_matrix, rerank, removed_relations,
+                                      with_weights)
+from magma_torch.store.graph import REL_ID, MultiGraph
+from magma_torch.testing import with_package
 from magma_torch.text.embedder import Embedder
 
 FITTED = Path(__file__).parents[1] / "experiments/results/rerank/locomo_dev.json"
@@ -85,10 +87,14 @@ def test_feature_names_are_the_weight_fields():
     assert len(FEATURES) == 2 * len(SIGNALS) + 3 + len(RELATIONS)
 
 
-def test_features_match_a_plain_python_reading_of_the_graph(mem):
+KERNELS = ["torch", pytest.param("numba", marks=with_package("numba", extra="fast"))]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_features_match_a_plain_python_reading_of_the_graph(mem, kernel):
     ret, snap, sim, fused = pool(mem)
     cfg = ret.cfg
-    got = feature_matrix(snap.graph, snap.episode_of, sim, fused, cfg.rrf_k, cfg.rerank.support_from)
+    got = feature_matrix(snap.graph, snap.episode_of, sim, fused, cfg.rrf_k, cfg.rerank.support_from, kernel=kernel)
     want = reference_features(snap, sim, fused, cfg.rrf_k, cfg.rerank.support_from)
     assert fused.ids.shape[1] == 9
     for b, rows in enumerate(want):
@@ -117,14 +123,15 @@ def test_weights_set_the_order_and_zero_weights_keep_rrf(mem):
     assert torch.equal(by_cosine.ranks[0, 0], fused.ranks[0, j])
 
 
-def test_a_relation_removed_from_every_intent_gives_no_support(mem):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_relation_removed_from_every_intent_gives_no_support(mem, kernel):
     ret, snap, sim, fused = pool(mem)
     w = ret.weights.clone()
     w[:, REL_ID["entity"]] = 0
     w[:1, REL_ID["episode"]] = 0                            # removed for one intent only: still there
     assert removed_relations(w) == frozenset({"entity"})
     got = feature_matrix(snap.graph, snap.episode_of, sim, fused, ret.cfg.rrf_k, ret.cfg.rerank.support_from,
-                         removed_relations(w))
+                         removed_relations(w), kernel)
     assert not got[..., FEATURES.index("support_entity")].any()
     assert got[..., FEATURES.index("support_episode")].any()
 
@@ -166,3 +173,30 @@ def test_ablations_remove_their_graph_from_the_support_and_baselines_keep_rrf(me
     rc = settings(memory_config(memory)).retrieval
     assert removed_relations(relation_weights(rc.intent_rows(INTENTS), INTENTS)) == removed
     assert rc.rerank.pool == pool
+
+
+@with_package("numba", extra="fast")
+@pytest.mark.parametrize("removed", [frozenset(), frozenset({"semantic", "episode"}), frozenset({"entity", "temporal"})])
+@pytest.mark.parametrize("batch", [1, 7])
+def test_compiled_support_equals_the_tensor_programs(removed, batch):
+    """On a random multigraph (repeated edges, a hub entity, edges in both CSR parts, edges to events
+    past the snapshot) with padded candidate rows, the compiled support counts what the tensor one
+    does for every candidate, the entity column up to its sum's last bits."""
+    g = torch.Generator().manual_seed(batch)
+    n, n_ent, graph = 400, 30, MultiGraph()
+    for half in range(2):       # the second half lands in the CSR delta
+        for rel, hi in (("temporal", n + 20), ("semantic", n), ("causal", n), ("entity", n_ent)):
+            src, dst = torch.randint(0, n, (600,), generator=g), torch.randint(0, hi, (600,), generator=g)
+            dst[:40] = dst[40:80] if rel != "entity" else 0           # repeated edges; entity 0 a hub
+            graph.add_edges(rel, src, dst)
+        graph.snapshot(n, n_ent, 0)
+    episode_of = torch.randint(0, 25, (n,), generator=g)
+    ids = torch.stack([torch.randperm(n, generator=g)[:60] for _ in range(batch)])
+    ids[0, 50:] = -1
+    ids[-1, 3] = -1                                                   # a pad among the top candidates
+    snap = graph.snapshot(n, n_ent, 0)
+    tensor = _support(snap, episode_of, ids, 10, removed)
+    compiled = _compiled_support(snap, episode_of, ids, 10, removed)
+    assert tensor[..., [RELATIONS.index(r) for r in ("semantic", "entity", "episode")]].count_nonzero() > 3 * batch
+    valid = ids >= 0                                                  # feature_matrix zeroes the pads
+    torch.testing.assert_close(compiled[valid], tensor[valid], rtol=1e-12, atol=0)

@@ -150,10 +150,6 @@ class BeamConfig:
     # The best anchor starts as a hop of this weight: exp(lambda1 * anchor_weight + lambda2 * its cosine)
     # (Retriever.start_scores).
     anchor_weight: float = 4.0
-    # How the search runs on CPU: "numba" (compiled loops, query/beam_numba.py: the `fast` extra), "torch"
-    # (the tensor program, query/beam.py) or "auto" (numba when installed). Same results; CUDA and
-    # half-precision-scan batches always take the tensor program.
-    kernel: str = "auto"
 
 
 @dataclass
@@ -238,6 +234,9 @@ class RetrievalConfig:
     time_filter: bool = False         # the question's time window as a hard filter (paper): nothing outside it is retrieved
     supersession: SupersessionConfig = field(default_factory=SupersessionConfig)
     score_dtype: str = "float32"
+    # The beam search and the re-ranker's graph support on CPU: "numba" (compiled loops, the `fast` extra),
+    # "torch" (the tensor programs) or "auto" (numba when installed). Same results (query/kernel.py).
+    kernel: str = "auto"
 
     @property
     def active_signals(self) -> tuple[str, ...]:

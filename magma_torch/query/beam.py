@@ -20,22 +20,19 @@ are a few thousand rows per question, so the wider type costs nothing measurable
 """
 from __future__ import annotations
 
-import functools
-import importlib.util
 import math
 from dataclasses import dataclass
 
 import torch
 from torch_geometric.utils import index_sort, scatter
 
-from magma_torch.config.resolve import ConfigError
 from magma_torch.config.schema import BeamConfig
+from magma_torch.query.kernel import search_kernel
 from magma_torch.query.segment import lexsort, rank_in_group, take, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 SCORE_DTYPE = torch.float64     # see the module doc
-KERNELS = ("auto", "torch", "numba")   # retrieval.beam.kernel
 
 
 @dataclass(frozen=True)
@@ -52,11 +49,12 @@ class BeamResult:
 
 
 def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, anchors: torch.Tensor,
-                anchor_scores: torch.Tensor, weights: torch.Tensor, cfg: BeamConfig) -> BeamResult:
+                anchor_scores: torch.Tensor, weights: torch.Tensor, cfg: BeamConfig, kernel: str = "torch") -> BeamResult:
     """Expand ``anchors`` [B, K] (-1 padded) for the questions of ``sim`` with intents [B].
 
     ``weights`` is the [num_intents, num_relations] matrix w[T_q, r]; w = 0 removes relation r
-    from intent T_q's traversal.
+    from intent T_q's traversal. ``kernel`` (resolved, query/kernel.py): "numba" runs the compiled
+    twin (query/beam_numba.py) where it applies, with the same result.
     """
     device = anchors.device
     n = graph.num_events
@@ -66,7 +64,7 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
     # A relation weighted 0 for the query's intent is removed, not merely down-weighted
     # (exp(0) would still score it): this is how the ablation configs switch a graph off.
     removed = (w == 0) if bool((w == 0).any()) else None
-    if search_kernel(cfg.kernel, sim.mode, device) == "numba":
+    if search_kernel(kernel, sim.mode, device) == "numba":
         from magma_torch.query import beam_numba   # lazy: an optional accelerator
 
         return BeamResult(*beam_numba.beam_search(graph, sim.matrix.contiguous(), intents, anchors.contiguous(),
@@ -144,31 +142,6 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         count = count + torch.bincount(r_q, minlength=b_size)
         f_q, f_n, f_s = r_q, node, score
     return BeamResult(*(torch.cat(col) for col in zip(*parts)))
-
-
-def beam_kernel(kernel: str) -> str:
-    """"torch" or "numba": the search ``retrieval.beam.kernel`` runs on CPU ("auto": numba when installed)."""
-    if kernel not in KERNELS:
-        raise ConfigError(f"retrieval.beam.kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
-    if kernel == "torch":
-        return kernel
-    if not _numba_installed():
-        if kernel == "numba":
-            raise ImportError("retrieval.beam.kernel=numba needs numba: pip install 'magma-torch[fast]'")
-        return "torch"
-    return "numba"
-
-
-def search_kernel(kernel: str, similarity_mode: str, device: torch.device) -> str:
-    """The search a batch runs: the compiled one reads cosines from a similarity matrix on CPU
-    (the ``matrix`` and ``columns`` ways, query/similarity.py); CUDA and the scan take the tensor program."""
-    on_matrix = similarity_mode in ("matrix", "columns") and torch.device(device).type == "cpu"
-    return beam_kernel(kernel) if on_matrix else "torch"
-
-
-@functools.cache
-def _numba_installed() -> bool:
-    return importlib.util.find_spec("numba") is not None
 
 
 def entity_specificity(graph: GraphSnapshot, entities: torch.Tensor, num_events: int,

@@ -9,7 +9,7 @@ tie rules, so it returns what the tensor program returns (tests/test_beam.py run
 reference, on the same graphs). It reads cosines from the batch's similarity matrix, so it
 serves the ``matrix`` and ``columns`` ways (query/similarity.py), not the half-precision scan.
 
-Imported lazily, only when ``retrieval.beam.kernel`` picks it (query/beam.py): numba is an
+Imported lazily, only when ``retrieval.kernel`` picks it (query/kernel.py): numba is an
 optional accelerator (the ``fast`` extra), as pyg-lib is for PyG.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numba
 import numpy as np
 import torch
 
-from magma_torch.store.csr import CSRSnapshot
+from magma_torch.store.csr_numba import csr_arrays, degree, gather_rows
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 NUM_RELATIONS = len(REL_ID)
@@ -39,8 +39,8 @@ def beam_search(graph: GraphSnapshot, matrix: torch.Tensor, intents: torch.Tenso
     no_removal = np.zeros((1, 1), dtype=np.bool_)
     count = _search(matrix.numpy(), intents.numpy(), anchors.numpy(), anchor_scores.to(torch.float64).numpy(),
                     lam_w.numpy(), no_removal if removed is None else removed.numpy(), removed is not None,
-                    _arrays(graph.event_adj), _arrays(graph.event_entity), _arrays(graph.entity_event),
-                    _arrays(graph.event_episode), _arrays(graph.episode_event), graph.num_events,
+                    csr_arrays(graph.event_adj), csr_arrays(graph.event_entity), csr_arrays(graph.entity_event),
+                    csr_arrays(graph.event_episode), csr_arrays(graph.episode_event), graph.num_events,
                     float(cfg.gamma), float(cfg.lambda2), float(cfg.drop_threshold), int(cfg.max_depth),
                     int(cfg.beam_width), int(cfg.max_nodes), out_long, out_score)
     q, node, parent, rel, via, depth = (torch.from_numpy(out_long[i, :count]) for i in range(6))
@@ -52,45 +52,12 @@ def beam_search(graph: GraphSnapshot, matrix: torch.Tensor, intents: torch.Tenso
     return cols
 
 
-def _arrays(csr: CSRSnapshot) -> tuple:
-    return tuple(t.numpy() for t in (csr.rowptr, csr.col, csr.rel, csr.delta_row, csr.delta_col, csr.delta_rel))
-
-
 @numba.njit(cache=True, nogil=True)
-def _gather(csr, rows):
-    """CSRSnapshot.gather: (position in rows, neighbour, relation) of every out-edge of ``rows``,
-    the main part's edges for every row first, then the delta's."""
-    rowptr, col, rel, d_row, d_col, d_rel = csr
-    n_main = rowptr.shape[0] - 1
-    total = 0
-    for r in rows:
-        if r < n_main:
-            total += rowptr[r + 1] - rowptr[r]
-    lo = np.searchsorted(d_row, rows, side="left")
-    hi = np.searchsorted(d_row, rows, side="right")
-    total += np.sum(hi - lo)
-    seg = np.empty(total, dtype=np.int64)
-    nbr = np.empty(total, dtype=np.int64)
-    out_rel = np.empty(total, dtype=np.int64)
-    j = 0
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        if r < n_main:
-            for e in range(rowptr[r], rowptr[r + 1]):
-                seg[j], nbr[j], out_rel[j] = i, col[e], rel[e]
-                j += 1
-    for i in range(rows.shape[0]):
-        for e in range(lo[i], hi[i]):
-            seg[j], nbr[j], out_rel[j] = i, d_col[e], d_rel[e]
-            j += 1
-    return seg, nbr, out_rel
-
-
-@numba.njit(cache=True, nogil=True)
-def _degree(csr, row):
-    rowptr, _, _, d_row, _, _ = csr
-    deg = rowptr[row + 1] - rowptr[row] if row < rowptr.shape[0] - 1 else 0
-    return deg + np.searchsorted(d_row, row, side="right") - np.searchsorted(d_row, row, side="left")
+def specificity(ent_ev, entity, n):
+    """beam.entity_specificity of one entity: log(N / df) / log(N), df the events that mention it."""
+    if n < 2:
+        return 1.0
+    return min(max(math.log(n / max(degree(ent_ev, entity), 1)) / math.log(n), 0.0), 1.0)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -105,7 +72,6 @@ def _search(matrix, intents, anchors, anchor_scores, lam_w, removed, any_removed
             epi_ev, n, gamma, lambda2, drop, max_depth, beam_width, max_nodes, out_long, out_score):
     visited = np.zeros(n, dtype=np.bool_)
     slot_of = np.full(n, -1, dtype=np.int64)      # a node's candidate slot at the current depth
-    log_n = math.log(n) if n >= 2 else 1.0
     rows = 0
     for b in range(anchors.shape[0]):
         first_row = rows
@@ -125,15 +91,14 @@ def _search(matrix, intents, anchors, anchor_scores, lam_w, removed, any_removed
             room = max_nodes - count
             if room <= 0 or f_node.shape[0] == 0:
                 break
-            seg, nbr, rel = _gather(adj, f_node)
-            seg1, ent, _ = _gather(ev_ent, f_node)
-            seg2, nbr2, rel2 = _gather(ent_ev, ent)
-            seg3, epi, _ = _gather(ev_epi, f_node)
-            seg4, nbr4, rel4 = _gather(epi_ev, epi)
+            seg, nbr, rel = gather_rows(adj, f_node)
+            seg1, ent, _ = gather_rows(ev_ent, f_node)
+            seg2, nbr2, rel2 = gather_rows(ent_ev, ent)
+            seg3, epi, _ = gather_rows(ev_epi, f_node)
+            seg4, nbr4, rel4 = gather_rows(epi_ev, epi)
             spec_of_ent = np.empty(ent.shape[0])
             for i in range(ent.shape[0]):
-                df = max(_degree(ent_ev, ent[i]), 1)
-                spec_of_ent[i] = min(max(math.log(n / df) / log_n, 0.0), 1.0) if n >= 2 else 1.0
+                spec_of_ent[i] = specificity(ent_ev, ent[i], n)
             total = nbr.shape[0] + nbr2.shape[0] + nbr4.shape[0]
             # Best candidate per node: highest score, then lowest parent * relations + relation,
             # then the first in candidate order (so a later one replaces only a strictly better one).

@@ -26,6 +26,8 @@ import torch
 from magma_torch.config.schema import RELATIONS, SIGNALS, RerankConfig
 from magma_torch.query.anchors import Anchors
 from magma_torch.query.beam import entity_specificity
+from magma_torch.query.kernel import compiled
+from magma_torch.query.segment import take
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
@@ -35,9 +37,10 @@ _DIRECT = tuple(r for r in RELATIONS if r not in ("entity", "episode"))   # edge
 
 
 def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, sim: Similarity, fused: Anchors, rrf_k: int,
-                   support_from: int, removed: frozenset[str] = frozenset()) -> torch.Tensor:
+                   support_from: int, removed: frozenset[str] = frozenset(), kernel: str = "torch") -> torch.Tensor:
     """[B, P, len(FEATURES)] features of the fused candidates ``fused`` [B, P] (0 where padded).
-    ``removed``: relations whose support is left at 0."""
+    ``removed``: relations whose support is left at 0; ``kernel`` (resolved, query/kernel.py):
+    "numba" counts the support with the compiled twin (query/rerank_numba.py) on CPU."""
     ids, valid = fused.ids, fused.ids >= 0
     b_size, p = ids.shape
     dev = ids.device
@@ -48,7 +51,7 @@ def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, sim: Similari
     cos = sim.pairs(rows.reshape(-1), safe.reshape(-1)).double().reshape(b_size, p)
     best = fused.fused_scores[:, :1].clamp(min=1e-12)
     position = torch.log1p(torch.arange(p, device=dev, dtype=torch.float64)).expand(b_size, p)
-    support = _support(graph, episode_of, ids, support_from, removed)
+    support = (_compiled_support if compiled(kernel, dev) else _support)(graph, episode_of, ids, support_from, removed)
     out = torch.cat([recip, (ranks > 0).double(), (fused.fused_scores / best)[..., None], cos[..., None],
                      position[..., None], support], dim=2)
     return out * valid[..., None]
@@ -67,6 +70,26 @@ def rerank(fused: Anchors, features: torch.Tensor, cfg: RerankConfig, rrf_k: int
     scores = torch.where(ids >= 0, 1.0 / (rrf_k + new_rank), torch.zeros_like(new_rank))
     ranks = fused.ranks.gather(1, order[..., None].expand(-1, -1, fused.ranks.shape[2]))
     return Anchors(ids, scores, ranks, fused.fused_scores.gather(1, order))
+
+
+def _compiled_support(graph: GraphSnapshot, episode_of: torch.Tensor, ids: torch.Tensor, m: int,
+                      removed: frozenset[str]) -> torch.Tensor:
+    """``_support`` by query/rerank_numba.py."""
+    from magma_torch.query import rerank_numba   # lazy: an optional accelerator
+
+    column = _direct_columns(removed, ids.device)
+    kept = {r: RELATIONS.index(r) if r not in removed else -1 for r in ("episode", "entity")}
+    return rerank_numba.support(graph, episode_of, ids.contiguous(), m, column, kept["episode"], kept["entity"],
+                                len(RELATIONS))
+
+
+def _direct_columns(removed: frozenset[str], device: torch.device) -> torch.Tensor:
+    """The support column of each direct edge's relation id (-1: removed, or not a direct edge)."""
+    column = torch.full((len(REL_ID),), -1, dtype=torch.long, device=device)
+    for r in _DIRECT:
+        if r not in removed:
+            column[REL_ID[r]] = RELATIONS.index(r)
+    return column
 
 
 def _support(graph: GraphSnapshot, episode_of: torch.Tensor, ids: torch.Tensor, m: int,
@@ -94,13 +117,10 @@ def _support(graph: GraphSnapshot, episode_of: torch.Tensor, ids: torch.Tensor, 
     flat = out.view(-1, len(RELATIONS))
     # temporal, semantic, causal: distinct (top anchor, neighbour, relation) edges, counted per candidate
     seg, nbr, rel = graph.event_adj.gather(t_node)
+    seg, nbr, rel = take((nbr < n).nonzero().squeeze(1), seg, nbr, rel)   # none to events past the snapshot
     edge = torch.unique(((t_q[seg] * m + t_pos[seg]) * n + nbr) * rels + rel)
     q_of, nbr_of, rel_of = edge // rels // n // m, edge // rels % n, edge % rels
-    column = torch.full((rels,), -1, dtype=torch.long, device=dev)
-    for r in _DIRECT:
-        if r not in removed:
-            column[REL_ID[r]] = RELATIONS.index(r)
-    col = column[rel_of]
+    col = _direct_columns(removed, dev)[rel_of]
     if cand_key.numel():
         key = q_of * n + nbr_of
         pos = torch.searchsorted(cand_key, key).clamp(max=cand_key.numel() - 1)

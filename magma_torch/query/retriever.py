@@ -20,9 +20,9 @@ import torch
 from magma_torch.config.schema import SIGNALS, RetrievalConfig
 from magma_torch.query.anchors import (Anchors, context_candidates, context_scores, episode_ranking, inside_windows,
                                        keep_inside, rrf_fuse, speaker_ranking, speakers_named, time_ranking)
-from magma_torch.query.beam import (BeamResult, beam_kernel, beam_search, relation_weights, salience_order,
-                                    search_kernel)
+from magma_torch.query.beam import BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
+from magma_torch.query.kernel import resolve_kernel, search_kernel
 from magma_torch.query.linearize import cut_block, format_time, linearize, render_blocks
 from magma_torch.query.rerank import feature_matrix, removed_relations, rerank
 from magma_torch.query.segment import top_ids
@@ -92,7 +92,7 @@ class Retriever:
         self.past = cfg.supersession.past_pattern()
         if cfg.mode not in ("graph", "full_context"):
             raise ValueError(f"unknown retrieval mode {cfg.mode!r}; options: ['graph', 'full_context']")
-        self.beam_kernel = beam_kernel(cfg.beam.kernel)   # a bad or uninstalled kernel fails here, not mid-query
+        self.kernel = resolve_kernel(cfg.kernel)   # a bad or uninstalled kernel fails here, not mid-query
 
     @torch.inference_mode()
     def retrieve_batch(self, snap: StoreSnapshot, questions: list[str], query_times: list[datetime | None],
@@ -158,7 +158,7 @@ class Retriever:
 
     def search_kernel(self, snap: StoreSnapshot, num_questions: int, device: torch.device) -> str:
         """"numba" or "torch": the beam search a batch of this many questions runs (query/beam.py)."""
-        return search_kernel(self.cfg.beam.kernel, self.similarity_mode(snap, num_questions), device)
+        return search_kernel(self.kernel, self.similarity_mode(snap, num_questions), device)
 
     @torch.inference_mode()
     def similarity(self, snap: StoreSnapshot, q: torch.Tensor) -> Similarity:
@@ -180,7 +180,7 @@ class Retriever:
     def rerank_features(self, snap: StoreSnapshot, sim: Similarity, fused: Anchors) -> torch.Tensor:
         """[B, P, len(rerank.FEATURES)] features of the fused candidates."""
         return feature_matrix(snap.graph, snap.episode_of, sim, fused, self.cfg.rrf_k, self.cfg.rerank.support_from,
-                              removed_relations(self.weights))
+                              removed_relations(self.weights), self.kernel)
 
     @torch.inference_mode()
     def fused(self, snap: StoreSnapshot, sim: Similarity, windows: list[tuple[float, float] | None],
@@ -248,7 +248,7 @@ class Retriever:
     @torch.inference_mode()
     def expand(self, snap: StoreSnapshot, sim: Similarity, intents: torch.Tensor, anchors: Anchors) -> BeamResult:
         return beam_search(snap.graph, sim, intents, anchors.ids, self.start_scores(sim, anchors), self.weights,
-                           self.cfg.beam)
+                           self.cfg.beam, self.kernel)
 
     def _assemble(self, snap, questions, intents, windows, anchors, res: BeamResult, budget,
                   filter_windows: list | None = None) -> list[Retrieval]:

@@ -1,0 +1,48 @@
+"""Which implementation runs the query steps that have a compiled twin (``retrieval.kernel``).
+
+The tensor programs (query/beam.py's search, query/rerank.py's graph support) pay a fixed cost of
+5-20 µs per tensor operation on CPU, which is most of their time for one question. Their twins,
+query/beam_numba.py and query/rerank_numba.py, are the same computations as loops compiled by
+numba, an optional accelerator (the ``fast`` extra) imported only when picked: "numba", or
+"auto" where it is installed. CUDA always takes the tensor programs.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import torch
+
+from magma_torch.config.resolve import ConfigError
+
+KERNELS = ("auto", "torch", "numba")
+
+
+def resolve_kernel(kernel: str) -> str:
+    """"torch" or "numba" for the setting ``kernel`` ("auto": numba when installed)."""
+    if kernel not in KERNELS:
+        raise ConfigError(f"retrieval.kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    if kernel == "torch":
+        return kernel
+    if not _numba_installed():
+        if kernel == "numba":
+            raise ImportError("retrieval.kernel=numba needs numba: pip install 'magma-torch[fast]'")
+        return "torch"
+    return "numba"
+
+
+def compiled(kernel: str, device: torch.device) -> bool:
+    """Whether a step on ``device`` runs compiled under the resolved ``kernel``."""
+    return kernel == "numba" and torch.device(device).type == "cpu"
+
+
+def search_kernel(kernel: str, similarity_mode: str, device: torch.device) -> str:
+    """The beam search a batch runs: the compiled one reads cosines from a similarity matrix on CPU
+    (the ``matrix`` and ``columns`` ways, query/similarity.py); the half-precision scan and CUDA
+    take the tensor program."""
+    return "numba" if compiled(kernel, device) and similarity_mode in ("matrix", "columns") else "torch"
+
+
+@functools.cache
+def _numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
