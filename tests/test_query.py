@@ -12,13 +12,18 @@ from magma_torch.query.linearize import linearize
 from magma_torch.query.segment import first_in_group, lexsort, rank_in_group, top_ids, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.tables import EventRow, EventTable
+from magma_torch.testing import with_package
 from magma_torch.text.tokens import count_tokens
 
 
-def test_rrf_matches_formula_and_breaks_ties_by_id():
+KERNELS = ["torch", pytest.param("numba", marks=with_package("numba", extra="fast"))]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_rrf_matches_formula_and_breaks_ties_by_id(kernel):
     a = torch.tensor([[3, 1, 2], [0, -1, -1]])
     b = torch.tensor([[1, 4, -1], [2, 0, -1]])
-    out = rrf_fuse([a, b], [1.0, 2.0], k=60, top=4, num_nodes=5)
+    out = rrf_fuse([a, b], [1.0, 2.0], k=60, top=4, num_nodes=5, kernel=kernel)
     expect = {3: 1 / 61, 1: 1 / 62 + 2 / 61, 2: 1 / 63, 4: 2 / 62}
     ranked = sorted(expect, key=lambda v: (-expect[v], v))
     assert out.ids[0].tolist() == ranked
@@ -28,6 +33,28 @@ def test_rrf_matches_formula_and_breaks_ties_by_id():
     s0, s2 = 1 / 61 + 2 / 62, 2 / 61
     assert out.ids[1, :2].tolist() == ([0, 2] if s0 > s2 else [2, 0])
     assert out.ids[1, 2:].tolist() == [-1, -1]
+
+
+@with_package("numba", extra="fast")
+@pytest.mark.parametrize("batch", [1, 9])
+def test_compiled_rrf_fuse_equals_the_tensor_programs(batch):
+    """Many lists with pads, an empty one and one weighted 0, and events shared across lists at
+    ranks that tie their fused scores: the same ids, ranks and (to the bit) scores."""
+    g = torch.Generator().manual_seed(batch)
+    lists = [torch.stack([torch.randperm(300, generator=g)[:k] for _ in range(batch)]) for k in (120, 80, 40, 60, 30)]
+    lists[1][:, 70:] = -1
+    lists[2] = lists[0][:, :40].clone()                  # the same events at the same ranks as list 0
+    lists.insert(2, torch.zeros((batch, 0), dtype=torch.long))
+    weights = [1.0, 0.7, 0.5, 1.0, 1.0, 0.0]             # lists 0 and 4: an event ranked r by one ties one ranked r by the other
+    tensor = rrf_fuse(lists, weights, k=60, top=150, num_nodes=300)
+    compiled = rrf_fuse(lists, weights, k=60, top=150, num_nodes=300, kernel="numba")
+    for name in ("ids", "scores", "ranks"):
+        assert torch.equal(getattr(tensor, name), getattr(compiled, name)), name
+    assert (tensor.scores[:, :-1] == tensor.scores[:, 1:]).any() and not tensor.ranks[..., 5].any()
+    # a cut through a run of tied events keeps the lower ids, whichever kernel selects
+    tie = ((tensor.scores[:, :-1] == tensor.scores[:, 1:]) & (tensor.ids[:, 1:] >= 0)).nonzero()[0, 1].item()
+    cut = [rrf_fuse(lists, weights, k=60, top=tie + 1, num_nodes=300, kernel=kn) for kn in ("torch", "numba")]
+    assert torch.equal(cut[0].ids, cut[1].ids) and torch.equal(cut[0].ids, tensor.ids[:, :tie + 1])
 
 
 def test_time_ranking_keeps_only_events_in_the_window():

@@ -234,8 +234,8 @@ class RetrievalConfig:
     time_filter: bool = False         # the question's time window as a hard filter (paper): nothing outside it is retrieved
     supersession: SupersessionConfig = field(default_factory=SupersessionConfig)
     score_dtype: str = "float32"
-    # The beam search and the re-ranker's graph support on CPU: "numba" (compiled loops, the `fast` extra),
-    # "torch" (the tensor programs) or "auto" (numba when installed). Same results (query/kernel.py).
+    # The beam search, the re-ranker's graph support and the fusion on CPU: "numba" (compiled loops, the
+    # `fast` extra), "torch" (the tensor programs) or "auto" (numba when installed). Same results (query/kernel.py).
     kernel: str = "auto"
 
     @property

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from magma_torch.config.schema import ContextConfig, EpisodeSignalConfig
+from magma_torch.query.kernel import compiled
 from magma_torch.query.segment import rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
 
@@ -24,10 +25,15 @@ class Anchors:
         return self.scores if self.rrf is None else self.rrf
 
 
-def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: int, num_nodes: int) -> Anchors:
-    """score(v) = sum_s weight_s / (k + rank_s(v)) over the ranked lists [B, K_s] (-1 padded)."""
+def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: int, num_nodes: int,
+             kernel: str = "torch") -> Anchors:
+    """score(v) = sum_s weight_s / (k + rank_s(v)) over the ranked lists [B, K_s] (-1 padded);
+    ``kernel`` (resolved, query/kernel.py): "numba" fuses with the compiled twin
+    (query/anchors_numba.py) on CPU, with the same result."""
     b_size = rankings[0].shape[0]
     device = rankings[0].device
+    if compiled(kernel, device):
+        return _compiled_rrf_fuse(rankings, weights, k, top, num_nodes)
     qs, ids, contrib, sig, rank = [], [], [], [], []
     for s, (ranked, w) in enumerate(zip(rankings, weights)):
         if ranked.numel() == 0 or w == 0:
@@ -57,6 +63,21 @@ def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: in
     out_scores[kq[perm], pos] = fused[perm]
     out_ranks[kq[perm], pos] = ranks[perm]
     return Anchors(out_ids, out_scores, out_ranks)
+
+
+def _compiled_rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: int, num_nodes: int) -> Anchors:
+    from magma_torch.query import anchors_numba   # lazy: an optional accelerator
+
+    used = [(s, r) for s, r in enumerate(rankings) if r.numel() and weights[s] != 0]
+    if not used:
+        b_size = rankings[0].shape[0]
+        return Anchors(torch.full((b_size, top), -1, dtype=torch.long), torch.zeros((b_size, top), dtype=torch.float64),
+                       torch.zeros((b_size, top, len(rankings)), dtype=torch.long))
+    ranked = torch.cat([r for _, r in used], dim=1).contiguous()
+    signal = torch.cat([torch.full((r.shape[1],), s) for s, r in used])
+    rank = torch.cat([torch.arange(1, r.shape[1] + 1) for _, r in used])
+    return Anchors(*anchors_numba.rrf_fuse(ranked, torch.tensor(weights, dtype=torch.float64)[signal], signal, rank, k,
+                                           top, len(rankings), num_nodes))
 
 
 def time_ranking(windows: list[tuple[float, float] | None], timestamps: torch.Tensor, date_spans: torch.Tensor,

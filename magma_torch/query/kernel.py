@@ -1,10 +1,11 @@
 """Which implementation runs the query steps that have a compiled twin (``retrieval.kernel``).
 
-The tensor programs (query/beam.py's search, query/rerank.py's graph support) pay a fixed cost of
-5-20 µs per tensor operation on CPU, which is most of their time for one question. Their twins,
-query/beam_numba.py and query/rerank_numba.py, are the same computations as loops compiled by
-numba, an optional accelerator (the ``fast`` extra) imported only when picked: "numba", or
-"auto" where it is installed. CUDA always takes the tensor programs.
+The tensor programs (query/beam.py's search, query/rerank.py's graph support, query/anchors.py's
+reciprocal-rank fusion) pay a fixed cost of 5-20 µs per tensor operation on CPU, which is most of
+their time for one question. Their twins, query/beam_numba.py, query/rerank_numba.py and
+query/anchors_numba.py, are the same computations as loops compiled by numba, an optional
+accelerator (the ``fast`` extra) imported only when picked: "numba", or "auto" where it is
+installed. CUDA always takes the tensor programs.
 """
 from __future__ import annotations
 

@@ -227,7 +227,7 @@ class Retriever:
                       for s, r in ranked.items()}
         weights = [getattr(cfg.signal_weights, s) if on[s] else 0.0 for s in SIGNALS]
         top = max(cfg.anchor_k, cfg.rerank.pool)    # pool 0: no re-ranking, anchor_k
-        return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, top, max(n, 1))
+        return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, top, max(n, 1), self.kernel)
 
     def start_scores(self, sim: Similarity, anchors: Anchors) -> torch.Tensor:
         """The beam's start score of each anchor, on the scale of the transitions it competes
