@@ -1,5 +1,6 @@
 """magma-bench: synthetic memories, bulk ingest, the batched query path against the
 plain-Python reference, and the CLI's JSON contract (DESIGN 3.3)."""
+import copy
 import json
 import math
 from dataclasses import fields
@@ -24,6 +25,7 @@ from magma_torch.config.schema import RetrievalConfig
 from magma_torch.query.retriever import Retriever
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.store import MemoryStore
+from magma_torch.testing import with_package
 
 CONTRACT = ("events", "edges", "ingest_events_per_s", "retrieval_qps", "retrieval_ms_p50", "retrieval_ms_p95",
             "reference_qps", "speedup_vs_reference", "agreement_with_reference", "peak_rss_mb", "gpu_peak_mb")
@@ -47,13 +49,15 @@ SHAPES = {
 }
 
 
+@pytest.mark.parametrize("kernel", ["torch", pytest.param("numba", marks=with_package("numba", extra="fast"))])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_batched_query_path_equals_reference(shape):
+def test_batched_query_path_equals_reference(shape, kernel):
     cfg = config(**SHAPES[shape])
     cfg.queries.window_fraction, cfg.queries.empty_window_fraction = 0.5, 0.2   # empty windows included
     # float64 scores, like the reference: in float32, anchor_scale (1000) leaves ~1e-4 of resolution
     # and near-tied candidates of these dense two-topic graphs can swap at the beam cut.
     cfg.retrieval.score_dtype = "float64"
+    cfg.retrieval.kernel = kernel
     bench = Bench.build(cfg, 600, 24, "cpu")
     path = QueryPath(bench.snap, bench.retriever, bench.device)
     q, windows = bench.questions, bench.windows
@@ -71,6 +75,13 @@ def test_batched_query_path_equals_reference(shape):
             for b in range(min(batch, q.shape[0] - a)):
                 sets.setdefault(a + b, []).append(set(res.node[res.query == b].tolist()))
     assert all(s[0] == s[1] == s[2] for s in sets.values())   # a query's result is independent of its batch
+    if kernel == "numba":   # the compiled twins end where the tensor programs do, anchors included
+        tensor = copy.copy(bench.retriever)
+        tensor.kernel = "torch"
+        got, want = path(q, windows), QueryPath(bench.snap, tensor, bench.device)(q, windows)
+        assert torch.equal(got[1].ids, want[1].ids) and torch.equal(got[1].scores, want[1].scores)
+        assert [sets[i][0] for i in range(q.shape[0])] == [set(want[2].node[want[2].query == i].tolist())
+                                                           for i in range(q.shape[0])]
     if shape == "isolated":   # a few temporal edges where two of the 600 events share a stream
         by_rel = bench.built["edges_by_relation"]
         assert by_rel["temporal"] < 20 and by_rel["semantic"] == by_rel["causal"] == by_rel["entity"] == 0
