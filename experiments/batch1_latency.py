@@ -1,4 +1,4 @@
-"""Batch-1 latency of the query path by phase: by scan dtype, and with and without the episode views.
+"""Batch-1 latency of the query path by phase: by scan dtype, with and without the episode views, by kernel.
 
     python experiments/batch1_latency.py --events 100000 --queries 200 --json out.json
 
@@ -9,9 +9,9 @@ bfloat16 one (the ``scan``), or no copy (the [1, N] matrix of the fp32 rows), th
 by construction (tests/test_similarity.py), which shows what ``scan_dtype: auto`` should pick on
 this CPU (magma_torch/hardware.py; run again with ATEN_CPU_CAPABILITY=avx2 or default for
 torch's other kernels); with every episode weight 0; and with the episode views removed from
-the snapshot (what the episode hops cost even when unused); and with the beam search as the
-tensor program instead of the configured kernel (``retrieval.kernel``, query/kernel.py: the
-compiled one on CPU where numba is installed). The machine record names the CPU's
+the snapshot (what the episode hops cost even when unused); and with ``retrieval.kernel`` torch,
+the tensor programs instead of their numba twins (query/kernel.py: the beam search, the
+re-ranker's support and the fusion, compiled on CPU where numba is installed). The machine record names the CPU's
 half-precision flags.
 """
 from __future__ import annotations
@@ -74,9 +74,9 @@ def main() -> None:
     empty = IncrementalCSR("cpu").snapshot(0)
     graph = dataclasses.replace(snap.graph, event_episode=empty, episode_event=empty)
     paths["episode views removed"] = QueryPath(dataclasses.replace(snap, graph=graph), r, bench.device)
-    tensor_beam = copy.copy(r)
-    tensor_beam.kernel = "torch"
-    paths["beam: tensor program"] = QueryPath(snap, tensor_beam, bench.device)
+    tensor_programs = copy.copy(r)
+    tensor_programs.kernel = "torch"
+    paths["kernel torch"] = QueryPath(snap, tensor_programs, bench.device)
     runs = timed(bench, paths, args.warmup, args.queries)
     out = {"scan_dtype": str(snap.scan_embeddings.dtype), "beam_kernel": r.search_kernel(snap, 1, bench.device),
            "events": args.events, "queries": args.queries,
