@@ -99,7 +99,13 @@ def _search(matrix, intents, anchors, anchor_scores, lam_w, removed, any_removed
             spec_of_ent = np.empty(ent.shape[0])
             for i in range(ent.shape[0]):
                 spec_of_ent[i] = specificity(ent_ev, ent[i], n)
-            total = nbr.shape[0] + nbr2.shape[0] + nbr4.shape[0]
+            # The candidates side by side, in the tensor program's order: direct, entity hops, episode hops.
+            c_row = np.concatenate((seg, seg1[seg2], seg3[seg4]))
+            c_node = np.concatenate((nbr, nbr2, nbr4))
+            c_relation = np.concatenate((rel, rel2, rel4))
+            c_through = np.concatenate((np.full(nbr.shape[0], -1, dtype=np.int64), ent[seg2], epi[seg4]))
+            c_spec = np.concatenate((np.ones(nbr.shape[0]), spec_of_ent[seg2], np.ones(nbr4.shape[0])))
+            total = c_node.shape[0]
             # Best candidate per node: highest score, then lowest parent * relations + relation,
             # then the first in candidate order (so a later one replaces only a strictly better one).
             touched = np.empty(total, dtype=np.int64)
@@ -110,16 +116,7 @@ def _search(matrix, intents, anchors, anchor_scores, lam_w, removed, any_removed
             c_via = np.empty(total, dtype=np.int64)
             m = 0
             for j in range(total):
-                if j < nbr.shape[0]:
-                    row, v, r, via, spec = seg[j], nbr[j], rel[j], -1, 1.0
-                elif j < nbr.shape[0] + nbr2.shape[0]:
-                    k = seg2[j - nbr.shape[0]]
-                    row, v, r, via, spec = seg1[k], nbr2[j - nbr.shape[0]], rel2[j - nbr.shape[0]], ent[k], \
-                        spec_of_ent[k]
-                else:
-                    k = seg4[j - nbr.shape[0] - nbr2.shape[0]]
-                    jj = j - nbr.shape[0] - nbr2.shape[0]
-                    row, v, r, via, spec = seg3[k], nbr4[jj], rel4[jj], epi[k], 1.0
+                row, v, r, via, spec = c_row[j], c_node[j], c_relation[j], c_through[j], c_spec[j]
                 if v >= n or visited[v]:
                     continue
                 cos = np.float64(matrix[b, v])

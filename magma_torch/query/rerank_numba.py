@@ -1,4 +1,4 @@
-"""The re-ranker's graph support (query/rerank.py ``support``) as compiled loops (numba), on CPU.
+"""The re-ranker's graph support (query/rerank.py ``_support``) as compiled loops (numba), on CPU.
 
 The tensor version looks a question's ten best candidates' edges up among its 300 candidates
 with sorts, ``unique`` and ``searchsorted``, some 60 tensor operations whose fixed cost is most of
