@@ -157,8 +157,8 @@ def store_tensors(mem) -> dict:
     """Every tensor column of a memory's store: events, entities, episodes and each relation's edges."""
     ev, en, ep = mem.store.events, mem.store.entities, mem.store.episodes
     out = {f"graph.{k}": v for k, v in mem.store.graph.state().items()}
-    columns = ("embeddings", "scan_embeddings", "chain_dots", "timestamps", "date_spans", "prev", "next", "episode",
-               "speaker")
+    columns = ("embeddings", "scan_embeddings", "chain_dots", "timestamps", "date_spans", "text_tokens", "prev", "next",
+               "episode", "speaker")
     out.update({f"events.{c}": getattr(ev, c).data for c in columns})
     out.update({f"episodes.{c}": getattr(ep, c).data for c in ("sums", "first", "last", "size")})
     out["entities.embeddings"] = en.embeddings.data

@@ -20,6 +20,7 @@ from magma_torch.query.rerank import (FEATURES, _compiled_support, _support, fea
 from magma_torch.store.graph import REL_ID, MultiGraph
 from magma_torch.testing import with_package
 from magma_torch.text.embedder import Embedder
+from magma_torch.text.tokens import count_tokens
 
 FITTED = Path(__file__).parents[1] / "experiments/results/rerank/locomo_dev.json"
 
@@ -77,14 +78,15 @@ def reference_features(snap, sim, fused, rrf_k: int, m: int) -> list[list[list[f
             rows.append([rrf_k / (rrf_k + r) if r else 0.0 for r in ranks] + [float(r > 0) for r in ranks]
                         + [float(fused.scores[b, j] / fused.scores[b, 0]), float(sim.pairs(torch.tensor([b]),
                                                                                        torch.tensor([v]))[0]),
-                           math.log1p(j)] + [support[r] for r in RELATIONS])
+                           math.log1p(j), math.log1p(count_tokens(snap.rows[v].text))]
+                        + [support[r] for r in RELATIONS])
         out.append(rows)
     return out
 
 
 def test_feature_names_are_the_weight_fields():
     assert FEATURES == tuple(f.name for f in dataclasses.fields(RerankWeights))
-    assert len(FEATURES) == 2 * len(SIGNALS) + 3 + len(RELATIONS)
+    assert len(FEATURES) == 2 * len(SIGNALS) + 4 + len(RELATIONS)
 
 
 KERNELS = ["torch", pytest.param("numba", marks=with_package("numba", extra="fast"))]
@@ -94,7 +96,8 @@ KERNELS = ["torch", pytest.param("numba", marks=with_package("numba", extra="fas
 def test_features_match_a_plain_python_reading_of_the_graph(mem, kernel):
     ret, snap, sim, fused = pool(mem)
     cfg = ret.cfg
-    got = feature_matrix(snap.graph, snap.episode_of, sim, fused, cfg.rrf_k, cfg.rerank.support_from, kernel=kernel)
+    got = feature_matrix(snap.graph, snap.episode_of, snap.text_tokens, sim, fused, cfg.rrf_k, cfg.rerank.support_from,
+                         kernel=kernel)
     want = reference_features(snap, sim, fused, cfg.rrf_k, cfg.rerank.support_from)
     assert fused.ids.shape[1] == 9
     for b, rows in enumerate(want):
@@ -110,7 +113,7 @@ def test_weights_set_the_order_and_zero_weights_keep_rrf(mem):
     ret, snap, sim, fused = pool(mem)
     cfg = ret.cfg
     feats = ret.rerank_features(snap, sim, fused)
-    zero = with_weights(cfg.rerank, {f: 0.0 for f in FEATURES})
+    zero = dataclasses.replace(with_weights(cfg.rerank, {f: 0.0 for f in FEATURES}), token_cost=0.0)
     same = rerank(fused, feats, zero, cfg.rrf_k, cfg.anchor_k)
     assert torch.equal(same.ids, fused.ids[:, :cfg.anchor_k])
     by_cosine = rerank(fused, feats, with_weights(zero, {"cosine": 1.0}), cfg.rrf_k, cfg.anchor_k)
@@ -123,6 +126,28 @@ def test_weights_set_the_order_and_zero_weights_keep_rrf(mem):
     assert torch.equal(by_cosine.ranks[0, 0], fused.ranks[0, j])
 
 
+def test_token_cost_moves_long_turns_down_by_their_length(mem):
+    """The order follows the fitted score less token_cost * log(1 + text tokens): with every weight
+    0 but the length's, a positive cost puts short turns first, and cost equal to the weight
+    cancels it (the fused order again)."""
+    ret, snap, sim, fused = pool(mem)
+    cfg = ret.cfg
+    feats = ret.rerank_features(snap, sim, fused)
+    zero = with_weights(cfg.rerank, {f: 0.0 for f in FEATURES})
+    length = feats[..., FEATURES.index("length")]
+    for b in range(len(QUESTIONS)):
+        ids = fused.ids[b]
+        assert len(set(length[b].tolist())) > 2                   # the fixture's turns differ in length
+        cheap = rerank(fused, feats, dataclasses.replace(zero, token_cost=1.0), cfg.rrf_k, 9).ids[b]
+        assert cheap.tolist() == ids[torch.argsort(length[b], stable=True)].tolist()
+        long_first = rerank(fused, feats, with_weights(dataclasses.replace(zero, token_cost=0.0), {"length": 1.0}),
+                            cfg.rrf_k, 9).ids[b]
+        assert long_first.tolist() == ids[torch.argsort(length[b], descending=True, stable=True)].tolist()
+    cancelled = rerank(fused, feats, with_weights(dataclasses.replace(zero, token_cost=0.5), {"length": 0.5}),
+                       cfg.rrf_k, cfg.anchor_k)
+    assert torch.equal(cancelled.ids, fused.ids[:, :cfg.anchor_k])
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_a_relation_removed_from_every_intent_gives_no_support(mem, kernel):
     ret, snap, sim, fused = pool(mem)
@@ -130,8 +155,8 @@ def test_a_relation_removed_from_every_intent_gives_no_support(mem, kernel):
     w[:, REL_ID["entity"]] = 0
     w[:1, REL_ID["episode"]] = 0                            # removed for one intent only: still there
     assert removed_relations(w) == frozenset({"entity"})
-    got = feature_matrix(snap.graph, snap.episode_of, sim, fused, ret.cfg.rrf_k, ret.cfg.rerank.support_from,
-                         removed_relations(w), kernel)
+    got = feature_matrix(snap.graph, snap.episode_of, snap.text_tokens, sim, fused, ret.cfg.rrf_k,
+                         ret.cfg.rerank.support_from, removed_relations(w), kernel)
     assert not got[..., FEATURES.index("support_entity")].any()
     assert got[..., FEATURES.index("support_episode")].any()
 

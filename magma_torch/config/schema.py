@@ -158,28 +158,29 @@ class RerankWeights:
     fitted on the LoCoMo dev split by experiments/train_rerank.py, which writes
     experiments/results/rerank/locomo_dev.json; tests/test_rerank.py checks these equal it.
     Only the order they give matters (no intercept, and a positive scale changes nothing)."""
-    rank_vector: float = -0.708667
-    rank_keyword: float = -0.098871
-    rank_time: float = -0.272313
-    rank_vector_context: float = -0.598863
-    rank_keyword_context: float = 1.045054
+    rank_vector: float = -1.258133
+    rank_keyword: float = -0.124727
+    rank_time: float = -0.191123
+    rank_vector_context: float = -0.837966
+    rank_keyword_context: float = 0.434512
     rank_episode: float = 0.0
-    rank_speaker: float = -0.841911
+    rank_speaker: float = -0.357828
     in_vector: float = 0.0
-    in_keyword: float = -1.394599
-    in_time: float = 0.664065
-    in_vector_context: float = 1.25653
-    in_keyword_context: float = -2.317961
+    in_keyword: float = -1.404911
+    in_time: float = 0.497423
+    in_vector_context: float = 0.4248
+    in_keyword_context: float = -1.750364
     in_episode: float = 0.0
-    in_speaker: float = 2.54265
-    fused: float = 6.620316
-    cosine: float = 0.698648
-    position: float = -0.30169
-    support_temporal: float = 5.098726
-    support_semantic: float = -0.036131
-    support_causal: float = 2.09058
-    support_entity: float = 2.099475
-    support_episode: float = -0.008213
+    in_speaker: float = 1.867515
+    fused: float = 6.183696
+    cosine: float = 2.017025
+    position: float = -0.452534
+    length: float = 1.500714
+    support_temporal: float = 4.985167
+    support_semantic: float = -0.030002
+    support_causal: float = 2.924445
+    support_entity: float = 0.182568
+    support_episode: float = 0.286129
 
 
 @dataclass
@@ -187,6 +188,10 @@ class RerankConfig:
     """Anchor re-ranking (query/rerank.py): the fused top ``pool`` rescored, the best anchor_k kept."""
     pool: int = 300                   # fused candidates rescored; 0: none, the anchors are RRF's order
     support_from: int = 10            # the best fused candidates whose one-hop links count as support
+    # A longer turn is likelier evidence (the fitted ``length`` weight) but takes more of the context's
+    # token budget: the order follows the fitted score less token_cost * log(1 + its text's tokens).
+    # 0: the fitted score alone (best recall@10, lower recall within the budget; README).
+    token_cost: float = 0.5
     weights: RerankWeights = field(default_factory=RerankWeights)
 
 

@@ -7,13 +7,18 @@ linear function of features that are cheap to read for them:
   the event at all;
 - the fused RRF score relative to the best, the cosine with the question and the log of
   the fused position;
+- ``length``, log(1 + the tokens of the event's text): a turn that says something is more
+  likely to hold evidence than "Thanks, you too!", whatever its cosine;
 - graph support: how many of the ``support_from`` best fused candidates (the event itself
   aside) reach it in one hop, per relation: a temporal, semantic or causal edge, the same
   episode, and for entities the specificity (beam.entity_specificity) of the rarest entity
   they share. A candidate the strongest candidates point at is more likely to belong.
 
 The weights (``RerankWeights``, one per name in ``FEATURES``) are a logistic regression
-fitted offline by experiments/train_rerank.py; only the order they give matters. A relation
+fitted offline by experiments/train_rerank.py; only the order they give matters. The fit
+estimates how likely a candidate is evidence; a longer turn also takes more of the context's
+token budget, so the score the order follows is that estimate less ``token_cost * length``
+(``RerankConfig.token_cost``; 0 ranks by the estimate alone). A relation
 the configuration removes from every intent's traversal (weight 0: the ablations) gives no
 support either, so an ablation removes that graph from the whole query process.
 """
@@ -32,15 +37,17 @@ from magma_torch.query.similarity import Similarity
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 FEATURES = (tuple(f"rank_{s}" for s in SIGNALS) + tuple(f"in_{s}" for s in SIGNALS)
-            + ("fused", "cosine", "position") + tuple(f"support_{r}" for r in RELATIONS))
+            + ("fused", "cosine", "position", "length") + tuple(f"support_{r}" for r in RELATIONS))
 _DIRECT = tuple(r for r in RELATIONS if r not in ("entity", "episode"))   # edges of event_adj
 
 
-def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, sim: Similarity, fused: Anchors, rrf_k: int,
-                   support_from: int, removed: frozenset[str] = frozenset(), kernel: str = "torch") -> torch.Tensor:
+def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, text_tokens: torch.Tensor, sim: Similarity,
+                   fused: Anchors, rrf_k: int, support_from: int, removed: frozenset[str] = frozenset(),
+                   kernel: str = "torch") -> torch.Tensor:
     """[B, P, len(FEATURES)] features of the fused candidates ``fused`` [B, P] (0 where padded).
-    ``removed``: relations whose support is left at 0; ``kernel`` (resolved, query/kernel.py):
-    "numba" counts the support with the compiled twin (query/rerank_numba.py) on CPU."""
+    ``text_tokens``: each event's text length in tokens (StoreSnapshot.text_tokens); ``removed``:
+    relations whose support is left at 0; ``kernel`` (resolved, query/kernel.py): "numba" counts
+    the support with the compiled twin (query/rerank_numba.py) on CPU."""
     ids, valid = fused.ids, fused.ids >= 0
     b_size, p = ids.shape
     dev = ids.device
@@ -51,18 +58,21 @@ def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, sim: Similari
     cos = sim.pairs(rows.reshape(-1), safe.reshape(-1)).double().reshape(b_size, p)
     best = fused.fused_scores[:, :1].clamp(min=1e-12)
     position = torch.log1p(torch.arange(p, device=dev, dtype=torch.float64)).expand(b_size, p)
+    length = torch.log1p(text_tokens.index_select(0, safe.reshape(-1)).double()).reshape(b_size, p)
     support = (_compiled_support if compiled(kernel, dev) else _support)(graph, episode_of, ids, support_from, removed)
     out = torch.cat([recip, (ranks > 0).double(), (fused.fused_scores / best)[..., None], cos[..., None],
-                     position[..., None], support], dim=2)
+                     position[..., None], length[..., None], support], dim=2)
     return out * valid[..., None]
 
 
 def rerank(fused: Anchors, features: torch.Tensor, cfg: RerankConfig, rrf_k: int, top: int) -> Anchors:
-    """The ``top`` best of ``fused`` by the linear score, best first. Their scores are
+    """The ``top`` best of ``fused`` by the linear score less ``cfg.token_cost`` times the
+    length feature, best first. Their scores are
     1 / (rrf_k + new rank), so the beam's start scores (Retriever.start_scores) fall off as
     fused ones do; ``ranks`` and ``rrf`` keep each signal's rank and the fused score. Ties keep
     the fused order."""
     w = torch.tensor([getattr(cfg.weights, f) for f in FEATURES], dtype=torch.float64, device=features.device)
+    w[FEATURES.index("length")] -= cfg.token_cost
     score = torch.where(fused.ids >= 0, features @ w, torch.full_like(features[..., 0], -torch.inf))
     order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :top]
     ids = fused.ids.gather(1, order)

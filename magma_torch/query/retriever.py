@@ -179,7 +179,8 @@ class Retriever:
 
     def rerank_features(self, snap: StoreSnapshot, sim: Similarity, fused: Anchors) -> torch.Tensor:
         """[B, P, len(rerank.FEATURES)] features of the fused candidates."""
-        return feature_matrix(snap.graph, snap.episode_of, sim, fused, self.cfg.rrf_k, self.cfg.rerank.support_from,
+        return feature_matrix(snap.graph, snap.episode_of, snap.text_tokens, sim, fused, self.cfg.rrf_k,
+                              self.cfg.rerank.support_from,
                               removed_relations(self.weights), self.kernel)
 
     @torch.inference_mode()

@@ -47,6 +47,7 @@ class StoreSnapshot:
     episode_keyword_index: KeywordIndex
     event_ids: list[int]              # row -> stable event id (shared, append-only; read only [:num_events])
     supersedes: tuple[torch.Tensor, torch.Tensor]  # (later, earlier) event of each supersession
+    text_tokens: torch.Tensor         # [num_events] tokens of each event's text (text/tokens.py count_tokens)
 
     def episode_embeddings(self) -> torch.Tensor:
         """[num_episodes, d] unit episode embeddings."""
@@ -99,7 +100,8 @@ class MemoryStore:
                                  self.graph.snapshot(n, m, p), self.events.rows, self.entities.names,
                                  self.vector_index, self.keyword_index, (s, d), self.events.episode.data,
                                  self.events.speaker.data, self.events.speaker_names, self.episodes.first.data,
-                                 self.episodes.sums.data, self.episode_keywords, self.events.ids, (later, earlier))
+                                 self.episodes.sums.data, self.episode_keywords, self.events.ids, (later, earlier),
+                                 self.events.text_tokens.data)
 
     def hetero_data(self) -> HeteroData:
         """The live multigraph as PyG ``HeteroData``, every tensor a view of the store's (no copy).

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 import torch
 
 from magma_torch.store.growable import GrowableTensor
+from magma_torch.text.tokens import count_tokens
 
 
 # A copy of the embeddings in this dtype is kept as columns [d, N], any other as rows [N, d]
@@ -64,6 +65,9 @@ class EventTable:
         self.timestamps = GrowableTensor((), torch.float64, device)
         # [start, end] epoch seconds of the dates the text mentions (NaN when none): the time signal
         self.date_spans = GrowableTensor((2,), torch.float64, device)
+        # Tokens of each event's text (text/tokens.py, the context budget's count): derived from the rows,
+        # so every path that fills the table (add, load, forget's rebuild, import) computes it alike.
+        self.text_tokens = GrowableTensor((), torch.long, device)
         self.rows: list[EventRow] = []
         self.by_source: dict[str, int] = {}
         self.by_content: dict[tuple, int] = {}    # events without a source id, by content_key
@@ -97,6 +101,7 @@ class EventTable:
         self.scan_embeddings.extend(embeddings.T if self.scan_columns else embeddings)
         self.timestamps.extend(torch.tensor([r.timestamp for r in rows], dtype=torch.float64))
         self.date_spans.extend(torch.tensor([date_span(r) for r in rows], dtype=torch.float64).reshape(-1, 2))
+        self.text_tokens.extend(torch.tensor([count_tokens(r.text) for r in rows], dtype=torch.long))
         self.rows.extend(rows)
         ids = list(range(start, start + len(rows)))
         prev = []
