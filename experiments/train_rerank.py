@@ -101,11 +101,15 @@ def main() -> None:
     ap.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
     ap.add_argument("--memory", default="magma",
                     help="the memory config whose query process is fitted (magma_no_traversal: without the graph)")
+    ap.add_argument("--token-cost", type=float, default=None,
+                    help="rerank.token_cost of the held-out runs (default: the memory config's); the fit is the same")
     ap.add_argument("--drop", nargs="*", default=[], metavar="PREFIX",
                     help="leave the features starting with these out of the fit (e.g. support_: no graph support)")
     args = ap.parse_args()
     cfg = memory_config(args.memory)
     rc = settings(cfg).retrieval
+    if args.token_cost is not None:
+        rc = dataclasses.replace(rc, rerank=dataclasses.replace(rc.rerank, token_cost=args.token_cost))
     emb = Embedder(device="cpu")
     intent = IntentClassifier.load(device="cpu")
     samples = list(load_dataset("locomo", args.data))
@@ -131,9 +135,11 @@ def main() -> None:
     weights = fit([p for ps in parts.values() for p in ps], args.C, tuple(args.drop))
     out = {"command": "python experiments/train_rerank.py " + " ".join(
                f"{a}" for a in [args.data, "--out", args.out, "--C", args.C] + (["--drop", *args.drop] if args.drop else [])
-               + (["--memory", args.memory] if args.memory != "magma" else [])),
+               + (["--memory", args.memory] if args.memory != "magma" else [])
+               + (["--token-cost", args.token_cost] if args.token_cost is not None else [])),
            "data": Path(args.data).name, "memory": args.memory, "consolidation": "heuristic",
-           "pool": rc.rerank.pool, "support_from": rc.rerank.support_from, "C": args.C, "dropped": args.drop,
+           "pool": rc.rerank.pool, "support_from": rc.rerank.support_from, "token_cost": rc.rerank.token_cost,
+           "C": args.C, "dropped": args.drop,
            "features": list(FEATURES), "weights": weights,
            "cross_validation": {"method": "leave one conversation out; the held-out conversation's questions "
                                           "through the whole query process (beam included)",
@@ -142,7 +148,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out["cross_validation"][k]["overall"] for k in ("rerank", "rrf")}))
-    if args.drop or args.memory != "magma":   # only magma's fit is the schema's default
+    if args.drop or args.memory != "magma" or args.token_cost is not None:   # only magma's fit is the schema's default
         return
     print("RerankWeights defaults (magma_torch/config/schema.py):")
     for f, v in weights.items():

@@ -28,9 +28,11 @@ def emb():
     return Embedder(device="cpu")
 
 
-def make_mem(emb, consolidation="none", **kw) -> MagmaMemory:
+def make_mem(emb, consolidation="none", rerank_pool: int | None = None, **kw) -> MagmaMemory:
     cfg = load_group("memory", "magma")
     cfg.slow_path.background = False
+    if rerank_pool is not None:
+        cfg.retrieval.rerank.pool = rerank_pool
     return MagmaMemory(cfg, consolidation, device="cpu", embedder=emb, **kw)
 
 
@@ -206,7 +208,9 @@ def test_metadata_that_is_not_json_is_refused_at_add(emb, tmp_path, durable):
 
 
 def test_a_huge_event_is_cut_to_the_budget(emb):
-    with make_mem(emb) as mem:
+    # RRF's order (no re-ranker): this is about the budget; in a three-event memory the re-ranker's
+    # length feature lifts the huge event above the others for any question
+    with make_mem(emb, rerank_pool=0) as mem:
         mem.add("I adopted a beagle puppy named Max.", "2023-05-08 13:56", speaker="Ann")
         huge = " ".join(f"Line {i} of the quarterly budget report for the lighthouse." for i in range(2_000))
         assert len(huge) > 100_000

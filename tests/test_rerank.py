@@ -97,7 +97,7 @@ def test_features_match_a_plain_python_reading_of_the_graph(mem, kernel):
     ret, snap, sim, fused = pool(mem)
     cfg = ret.cfg
     got = feature_matrix(snap.graph, snap.episode_of, snap.text_tokens, sim, fused, cfg.rrf_k, cfg.rerank.support_from,
-                         kernel=kernel)
+                         cfg.rerank.length_cap, kernel=kernel)
     want = reference_features(snap, sim, fused, cfg.rrf_k, cfg.rerank.support_from)
     assert fused.ids.shape[1] == 9
     for b, rows in enumerate(want):
@@ -148,6 +148,17 @@ def test_token_cost_moves_long_turns_down_by_their_length(mem):
     assert torch.equal(cancelled.ids, fused.ids[:, :cfg.anchor_k])
 
 
+def test_length_feature_stops_growing_at_the_cap(mem):
+    ret, snap, sim, fused = pool(mem)
+    cfg = ret.cfg
+    tokens = snap.text_tokens[fused.ids[0].clamp(min=0)]
+    cap = int(tokens.min())                                   # every candidate is at least this long
+    assert int(tokens.max()) > cap
+    got = feature_matrix(snap.graph, snap.episode_of, snap.text_tokens, sim, fused, cfg.rrf_k, cfg.rerank.support_from,
+                         cap)[0, :, FEATURES.index("length")]
+    assert torch.equal(got, torch.full_like(got, math.log1p(cap)))
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_a_relation_removed_from_every_intent_gives_no_support(mem, kernel):
     ret, snap, sim, fused = pool(mem)
@@ -156,7 +167,7 @@ def test_a_relation_removed_from_every_intent_gives_no_support(mem, kernel):
     w[:1, REL_ID["episode"]] = 0                            # removed for one intent only: still there
     assert removed_relations(w) == frozenset({"entity"})
     got = feature_matrix(snap.graph, snap.episode_of, snap.text_tokens, sim, fused, ret.cfg.rrf_k,
-                         ret.cfg.rerank.support_from, removed_relations(w), kernel)
+                         ret.cfg.rerank.support_from, ret.cfg.rerank.length_cap, removed_relations(w), kernel)
     assert not got[..., FEATURES.index("support_entity")].any()
     assert got[..., FEATURES.index("support_episode")].any()
 

@@ -192,6 +192,10 @@ class RerankConfig:
     # token budget: the order follows the fitted score less token_cost * log(1 + its text's tokens).
     # 0: the fitted score alone (best recall@10, lower recall within the budget; README).
     token_cost: float = 0.5
+    # Tokens past this count as this many in the length feature: above a long turn's length more text
+    # says no more about being evidence, and a pasted document must not outrank every turn by size
+    # alone (no LoCoMo dev turn is longer than 96 tokens).
+    length_cap: int = 100
     weights: RerankWeights = field(default_factory=RerankWeights)
 
 

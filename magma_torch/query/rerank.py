@@ -7,8 +7,10 @@ linear function of features that are cheap to read for them:
   the event at all;
 - the fused RRF score relative to the best, the cosine with the question and the log of
   the fused position;
-- ``length``, log(1 + the tokens of the event's text): a turn that says something is more
-  likely to hold evidence than "Thanks, you too!", whatever its cosine;
+- ``length``, log(1 + the tokens of the event's text, at most ``length_cap``): a turn that
+  says something is more likely to hold evidence than "Thanks, you too!", whatever its cosine;
+  past a long turn's length the feature stays flat, so a pasted document does not outrank
+  every turn by its size alone;
 - graph support: how many of the ``support_from`` best fused candidates (the event itself
   aside) reach it in one hop, per relation: a temporal, semantic or causal edge, the same
   episode, and for entities the specificity (beam.entity_specificity) of the rarest entity
@@ -42,10 +44,11 @@ _DIRECT = tuple(r for r in RELATIONS if r not in ("entity", "episode"))   # edge
 
 
 def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, text_tokens: torch.Tensor, sim: Similarity,
-                   fused: Anchors, rrf_k: int, support_from: int, removed: frozenset[str] = frozenset(),
-                   kernel: str = "torch") -> torch.Tensor:
+                   fused: Anchors, rrf_k: int, support_from: int, length_cap: int,
+                   removed: frozenset[str] = frozenset(), kernel: str = "torch") -> torch.Tensor:
     """[B, P, len(FEATURES)] features of the fused candidates ``fused`` [B, P] (0 where padded).
-    ``text_tokens``: each event's text length in tokens (StoreSnapshot.text_tokens); ``removed``:
+    ``text_tokens``: each event's text length in tokens (StoreSnapshot.text_tokens), counted up to
+    ``length_cap``; ``removed``:
     relations whose support is left at 0; ``kernel`` (resolved, query/kernel.py): "numba" counts
     the support with the compiled twin (query/rerank_numba.py) on CPU."""
     ids, valid = fused.ids, fused.ids >= 0
@@ -58,7 +61,7 @@ def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, text_tokens: 
     cos = sim.pairs(rows.reshape(-1), safe.reshape(-1)).double().reshape(b_size, p)
     best = fused.fused_scores[:, :1].clamp(min=1e-12)
     position = torch.log1p(torch.arange(p, device=dev, dtype=torch.float64)).expand(b_size, p)
-    length = torch.log1p(text_tokens.index_select(0, safe.reshape(-1)).double()).reshape(b_size, p)
+    length = torch.log1p(text_tokens.index_select(0, safe.reshape(-1)).clamp(max=length_cap).double()).reshape(b_size, p)
     support = (_compiled_support if compiled(kernel, dev) else _support)(graph, episode_of, ids, support_from, removed)
     out = torch.cat([recip, (ranks > 0).double(), (fused.fused_scores / best)[..., None], cos[..., None],
                      position[..., None], length[..., None], support], dim=2)

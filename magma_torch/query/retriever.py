@@ -180,7 +180,7 @@ class Retriever:
     def rerank_features(self, snap: StoreSnapshot, sim: Similarity, fused: Anchors) -> torch.Tensor:
         """[B, P, len(rerank.FEATURES)] features of the fused candidates."""
         return feature_matrix(snap.graph, snap.episode_of, snap.text_tokens, sim, fused, self.cfg.rrf_k,
-                              self.cfg.rerank.support_from,
+                              self.cfg.rerank.support_from, self.cfg.rerank.length_cap,
                               removed_relations(self.weights), self.kernel)
 
     @torch.inference_mode()
