@@ -10,7 +10,7 @@ from magma_torch.config import load_group
 from magma_torch.query.linearize import episode_header
 from magma_torch.store import integrity
 from magma_torch.text.embedder import Embedder
-from magma_torch.text.tokens import count_tokens
+from magma_torch.tokens import count_tokens
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from magma_torch.store.durable import CHECKPOINT
 from magma_torch.store.graph import RELATIONS
 from magma_torch.testing import assert_no_run, assert_same_retrieval, assert_same_store
 from magma_torch.text.embedder import Embedder
-from magma_torch.text.tokens import count_tokens
+from magma_torch.tokens import count_tokens
 
 
 @pytest.fixture(scope="module")

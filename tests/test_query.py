@@ -13,7 +13,7 @@ from magma_torch.query.segment import first_in_group, lexsort, rank_in_group, to
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.tables import EventRow, EventTable
 from magma_torch.testing import with_package
-from magma_torch.text.tokens import count_tokens
+from magma_torch.tokens import count_tokens
 
 
 KERNELS = ["torch", pytest.param("numba", marks=with_package("numba", extra="fast"))]

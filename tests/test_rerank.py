@@ -20,7 +20,7 @@ from magma_torch.query.rerank import (FEATURES, _compiled_support, _support, fea
 from magma_torch.store.graph import REL_ID, MultiGraph
 from magma_torch.testing import with_package
 from magma_torch.text.embedder import Embedder
-from magma_torch.text.tokens import count_tokens
+from magma_torch.tokens import count_tokens
 
 FITTED = Path(__file__).parents[1] / "experiments/results/rerank/locomo_dev.json"
 

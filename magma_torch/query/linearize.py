@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from graphlib import TopologicalSorter
 
 from magma_torch.store.tables import EventRow
-from magma_torch.text.tokens import count_tokens, first_tokens
+from magma_torch.tokens import count_tokens, first_tokens
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from magma_torch.store.graph import TRAVERSED
 from magma_torch.store.store import StoreSnapshot
 from magma_torch.store.validity import superseders
 from magma_torch.text.embedder import Embedder
-from magma_torch.text.tokens import count_tokens
+from magma_torch.tokens import count_tokens
 
 
 @dataclass(frozen=True)

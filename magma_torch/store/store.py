@@ -47,7 +47,7 @@ class StoreSnapshot:
     episode_keyword_index: KeywordIndex
     event_ids: list[int]              # row -> stable event id (shared, append-only; read only [:num_events])
     supersedes: tuple[torch.Tensor, torch.Tensor]  # (later, earlier) event of each supersession
-    text_tokens: torch.Tensor         # [num_events] tokens of each event's text (text/tokens.py count_tokens)
+    text_tokens: torch.Tensor         # [num_events] tokens of each event's text (tokens.py count_tokens)
 
     def episode_embeddings(self) -> torch.Tensor:
         """[num_episodes, d] unit episode embeddings."""

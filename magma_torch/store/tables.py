@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import torch
 
 from magma_torch.store.growable import GrowableTensor
-from magma_torch.text.tokens import count_tokens
+from magma_torch.tokens import count_tokens
 
 
 # A copy of the embeddings in this dtype is kept as columns [d, N], any other as rows [N, d]
@@ -65,7 +65,7 @@ class EventTable:
         self.timestamps = GrowableTensor((), torch.float64, device)
         # [start, end] epoch seconds of the dates the text mentions (NaN when none): the time signal
         self.date_spans = GrowableTensor((2,), torch.float64, device)
-        # Tokens of each event's text (text/tokens.py, the context budget's count): derived from the rows,
+        # Tokens of each event's text (tokens.py, the context budget's count): derived from the rows,
         # so every path that fills the table (add, load, forget's rebuild, import) computes it alike.
         self.text_tokens = GrowableTensor((), torch.long, device)
         self.rows: list[EventRow] = []
