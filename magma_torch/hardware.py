@@ -3,6 +3,7 @@ embeddings that ``scan_dtype: auto`` gives the store for small query batches."""
 from __future__ import annotations
 
 import platform
+import time
 from functools import cache
 from pathlib import Path
 
@@ -37,19 +38,53 @@ def cpu_flags() -> list[str]:
     return [f for f in HALF_FLAGS if f in flags]
 
 
+# scan_dtype: auto on CPU times one question's product with PROBE_EVENTS random events both ways:
+# the float32 columns [d, N] and the float16 rows [N, d], each larger than a VM's last-level cache
+# (100 and 50 MB), so both stream from memory as a 10^5-event store does.
+PROBE_EVENTS, PROBE_DIM, PROBE_RUNS = 1 << 16, 384, 5
+# The float16 scan is taken when its product costs at most this share of the columns' one: its exact
+# re-reads (the dense top-k's band, the pairs read from the fp32 rows) add about a sixth of the
+# columns' product at 10^5 events (AMD EPYC VM: 0.9 of 5.4 ms), and more where small reads are slow.
+SCAN_SHARE = 0.75
+
+
+@cache
+def scan_probe() -> dict[str, float]:
+    """The best of ``PROBE_RUNS`` times (ms) of one question's product with ``PROBE_EVENTS`` events,
+    from float32 columns and from float16 rows, with torch's current threads."""
+    columns = torch.full((PROBE_DIM, PROBE_EVENTS), 0.05)     # the values do not change the time
+    rows = torch.full((PROBE_EVENTS, PROBE_DIM), 0.05, dtype=torch.float16)
+    q = torch.full((1, PROBE_DIM), 0.05)
+
+    def best_ms(product) -> float:
+        product()   # warm-up: first-call allocation and kernel selection
+        times = []
+        for _ in range(PROBE_RUNS):
+            t = time.perf_counter()
+            product()
+            times.append(time.perf_counter() - t)
+        return min(times) * 1000
+
+    q16 = q.half()
+    return {"float32_columns_ms": best_ms(lambda: q @ columns), "float16_rows_ms": best_ms(lambda: q16 @ rows.T)}
+
+
 def auto_scan_dtype(device: torch.device) -> torch.dtype:
     """``scan_dtype: auto``: the copy of the embeddings small query batches read on this device.
 
-    On CPU, float32 columns [d, N] (``Similarity``'s ``columns`` way): exact, so the anchors and
-    the beam read every pair from one product, and the product streams the d rows instead of
-    taking N dot products. Batch-1 p50 on the 2-core Intel Xeon VM (AVX-512, fp16 and bf16),
-    10^5 events, ``experiments/batch1_latency.py`` (BENCHMARKS.md), float32 columns / float16 /
-    bfloat16 scan / fp32 rows, no copy: 25.3 / 32.3 / 35.6 / 29.1 ms, and with scalar kernels
-    (``ATEN_CPU_CAPABILITY=default``; the product goes to the BLAS library either way) 24.8 / 62.8 /
-    34.6 / 29.1 ms. Earlier, on a 2-core AMD EPYC with one thread and before the columns way,
-    float16 / bfloat16 / fp32 rows: 11.7 / 14.5 / 16.3 ms under AVX-512 kernels, 37.0 / 15.9 / 17.0
-    with scalar ones, where torch converts fp16 value by value; the columns way is not measured there.
-    On CUDA, float16: a half-precision scan reads half the bytes, and cuBLAS reads rows or
-    columns alike.
+    On CUDA, float16: a half-precision scan reads half the bytes, and cuBLAS reads rows or columns
+    alike. On CPU it depends on the CPU and on torch's kernels for it, so it is measured, once per
+    process (``scan_probe``): float16 rows where their product takes at most ``SCAN_SHARE`` of the
+    float32 columns' one, else the float32 columns (``Similarity``'s ``columns`` way: exact, one
+    product that streams the d rows instead of taking N dot products). Measured at 10^5 events,
+    batch 1 (``experiments/batch1_latency.py``; BENCHMARKS.md): on the 2-core AMD EPYC VM (AVX-512,
+    AVX512-BF16, no native fp16) the float16 product takes 1.7 ms against 5.4 for the columns and the
+    whole question 5.0 ms against 7.9; on the 2-core Intel Xeon VM (AVX-512 fp16 and bf16, AMX) the
+    float16 scan took 7.2 ms against 6.9 for the columns and the question 23.3 against 12.5 ms; with
+    torch's scalar kernels (``ATEN_CPU_CAPABILITY=default``) float16 is converted value by value and
+    takes several times the columns' time.
     """
-    return torch.float16 if device.type != "cpu" else torch.float32
+    if device.type != "cpu":
+        return torch.float16
+    probe = scan_probe()
+    return torch.float16 if probe["float16_rows_ms"] <= SCAN_SHARE * probe["float32_columns_ms"] else torch.float32

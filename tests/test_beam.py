@@ -190,11 +190,15 @@ def test_scores_are_float64_over_float32_cosines():
 @pytest.mark.parametrize("batch", [12, 1])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("ties", [False, True])
-def test_compiled_search_returns_the_tensor_programs_rows(shape, batch, dtype, ties):
+@pytest.mark.parametrize("scan", [False, True])
+def test_compiled_search_returns_the_tensor_programs_rows(shape, batch, dtype, ties, scan):
     """Row for row the same result (order, parents, relations, the entity or episode each hop went
     through, depths), scores equal up to exp's last bits, with some relations removed and some not,
     and both CSR parts (main and delta) walked. ``ties``: three distinct embeddings and equal anchor
-    scores, so that transitions tie and the tie rules decide (best parent, then lower node id)."""
+    scores, so that transitions tie and the tie rules decide (best parent, then lower node id).
+    ``scan``: the half-precision scan, where both read a pair's cosine from the rows only near or
+    above the drop threshold; their sums run in different orders, so scores agree to float32's
+    last bits."""
     cfg = BeamConfig(lambda1=1.0, lambda2=0.5, gamma=0.6, max_depth=4, beam_width=5, max_nodes=40, drop_threshold=-0.2)
     graph, _, emb = random_graph(3, shape["n"], shape["m"], shape["e"], shape.get("hub", False),
                                  shape.get("isolated", 0))
@@ -207,14 +211,19 @@ def test_compiled_search_returns_the_tensor_programs_rows(shape, batch, dtype, t
         emb, scores = emb[torch.randint(0, 3, (n,), generator=g)], torch.ones_like(scores)
     intents = torch.randint(0, 3, (batch,), generator=g)
     w = relation_weights({**WEIGHTS, "WHEN": {**WEIGHTS["WHEN"], "entity": 0.0}}, INTENTS)
-    snap, sim = graph.snapshot(n, shape["m"], num_episodes(n)), Similarity(emb, None, q, dtype=dtype)
+    snap = graph.snapshot(n, shape["m"], num_episodes(n))
+    sim = Similarity(emb, emb.half() if scan else None, q, dtype=dtype)
+    assert sim.mode == ("scan" if scan else "matrix")
     tensor = beam_search(snap, sim, intents, anchors, scores, w, cfg, "torch")
     compiled = beam_search(snap, sim, intents, anchors, scores, w, cfg, "numba")
     assert tensor.node.numel() > 40 * batch // 2      # the searches went deep
+    if scan and not ties:   # some pairs were dropped on their approximate cosine alone, some read exactly
+        approx = sim.approx.float()
+        assert bool((approx < cfg.drop_threshold - sim.error[:, None]).any()) and bool((approx >= 0).any())
     for f in dataclasses.fields(tensor):
         a, b = getattr(tensor, f.name), getattr(compiled, f.name)
         if f.name == "score":
-            torch.testing.assert_close(b, a, rtol=1e-12, atol=0)
+            torch.testing.assert_close(b, a, rtol=1e-6 if scan and dtype == torch.float32 else 1e-12, atol=0)
         else:
             assert torch.equal(a, b), f.name
 
@@ -227,7 +236,6 @@ def test_kernel_setting(monkeypatch):
     assert kernel.resolve_kernel("auto") == "torch"
     with pytest.raises(ImportError, match=r"retrieval.kernel=numba needs numba: pip install 'magma-torch\[fast\]'"):
         kernel.resolve_kernel("numba")
-    # the compiled search reads a similarity matrix on CPU; the scan and CUDA take the tensor program
-    assert [kernel.search_kernel("numba", mode, "cpu") for mode in ("matrix", "columns", "scan")] == [
-        "numba", "numba", "torch"]
+    # the compiled search runs every similarity way on CPU; CUDA takes the tensor program
+    assert [kernel.search_kernel("numba", mode, "cpu") for mode in ("matrix", "columns", "scan")] == ["numba"] * 3
     assert kernel.search_kernel("numba", "matrix", "cuda") == kernel.search_kernel("torch", "matrix", "cpu") == "torch"

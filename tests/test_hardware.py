@@ -1,4 +1,5 @@
-"""scan_dtype: auto gives a CPU store the float32 column copy, CUDA the float16 rows; bad values fail clearly."""
+"""scan_dtype: auto gives a CPU store the copy whose product it measures faster (float32 columns
+or float16 rows), CUDA the float16 rows; bad values fail clearly."""
 from __future__ import annotations
 
 import os
@@ -8,16 +9,29 @@ import sys
 import pytest
 import torch
 
+from magma_torch import hardware
 from magma_torch.hardware import HALF_FLAGS, auto_scan_dtype, cpu_flags, cpu_model
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
 
 
-def test_auto_is_float32_columns_on_cpu_and_float16_on_cuda():
-    assert auto_scan_dtype(torch.device("cpu")) == torch.float32
-    assert auto_scan_dtype(torch.device("cuda")) == torch.float16        # (no CUDA needed to decide)
+@pytest.mark.parametrize(("half_ms", "want"), [(1.0, torch.float16), (2.9, torch.float32), (7.0, torch.float32)])
+def test_auto_on_cpu_takes_float16_rows_only_well_below_the_columns_time(monkeypatch, half_ms, want):
+    monkeypatch.setattr(hardware, "scan_probe", lambda: {"float32_columns_ms": 3.5, "float16_rows_ms": half_ms})
+    assert auto_scan_dtype(torch.device("cpu")) == want
     store = MemoryStore(8, scan_dtype="auto")
-    assert store.events.scan_columns and store.events.scan_embeddings.data.shape == (8, 0)
+    if want == torch.float32:
+        assert store.events.scan_columns and store.events.scan_embeddings.data.shape == (8, 0)
+    else:
+        assert not store.events.scan_columns and store.events.scan_embeddings.data.dtype == torch.float16
+
+
+def test_auto_is_float16_on_cuda_and_the_probe_times_both_products():
+    assert auto_scan_dtype(torch.device("cuda")) == torch.float16        # (no CUDA needed to decide)
+    probe = hardware.scan_probe()
+    assert set(probe) == {"float32_columns_ms", "float16_rows_ms"} and min(probe.values()) > 0
+    assert auto_scan_dtype(torch.device("cpu")) == (
+        torch.float16 if probe["float16_rows_ms"] <= hardware.SCAN_SHARE * probe["float32_columns_ms"] else torch.float32)
 
 
 def test_store_keeps_an_explicit_scan_dtype_and_refuses_others():
@@ -48,9 +62,10 @@ def test_the_copy_follows_the_embeddings_across_growth_and_old_snapshots_stay(sc
     assert torch.equal(view, before)
 
 
-def test_without_vectorised_kernels_auto_is_still_float32_columns():
-    """In a process whose torch runs scalar kernels (ATEN_CPU_CAPABILITY=default) the product
-    goes to the BLAS library, which keeps its own kernels: auto stays float32 columns."""
+def test_without_vectorised_kernels_auto_is_float32_columns():
+    """In a process whose torch runs scalar kernels (ATEN_CPU_CAPABILITY=default) float16 is
+    converted value by value, while the float32 product goes to the BLAS library, which keeps its
+    own kernels: the probe picks the float32 columns."""
     code = ("import torch; from magma_torch.store.store import MemoryStore; "
             "print(torch.backends.cpu.get_cpu_capability(), MemoryStore(8).events.scan_embeddings.data.dtype)")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATEN_CPU_CAPABILITY": "default"},

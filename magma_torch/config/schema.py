@@ -277,7 +277,8 @@ class MemoryConfig:
     chain_span: int = 4
     # The copy of the embeddings small query batches read (query/similarity.py): float32 (kept as
     # columns [d, N]: one question's exact product, streamed), float16 or bfloat16 (rows that pre-filter the
-    # dense top-k; exact fp32 scores decide), or auto (float32 on CPU, float16 on CUDA: magma_torch/hardware.py).
+    # dense top-k; exact fp32 scores decide), or auto (on CPU the one whose product a probe times faster,
+    # on CUDA float16: magma_torch/hardware.py).
     scan_dtype: str = "auto"
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     bm25: Bm25Config = field(default_factory=Bm25Config)

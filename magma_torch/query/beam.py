@@ -67,7 +67,7 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
     if search_kernel(kernel, sim.mode, device) == "numba":
         from magma_torch.query import beam_numba   # lazy: an optional accelerator
 
-        return BeamResult(*beam_numba.beam_search(graph, sim.matrix.contiguous(), intents, anchors.contiguous(),
+        return BeamResult(*beam_numba.beam_search(graph, sim, intents, anchors.contiguous(),
                                                   anchor_scores, lam_w, removed, cfg))
     valid = anchors >= 0
     a_q = torch.arange(b_size, device=device)[:, None].expand_as(anchors)[valid]

@@ -6,8 +6,11 @@ spends most of its beam time in that overhead. Here the same search is plain loo
 machine code: the same candidates in the same order (direct edges, then entity hops, then
 episode hops; each CSR's main part before its delta), the same float64 scores and the same
 tie rules, so it returns what the tensor program returns (tests/test_beam.py runs both, and the
-reference, on the same graphs). It reads cosines from the batch's similarity matrix, so it
-serves the ``matrix`` and ``columns`` ways (query/similarity.py), not the half-precision scan.
+reference, on the same graphs). It reads cosines from the batch's similarity matrix (the
+``matrix`` and ``columns`` ways, query/similarity.py). Under the half-precision scan it reads the
+approximate matrix and, as ``Similarity.pairs`` with a floor does, computes a pair's cosine from
+the float32 rows only when the approximate one comes within the scan's error bound of the drop
+threshold (each such pair once per question): below that bound the pair is dropped either way.
 
 Imported lazily, only when ``retrieval.kernel`` picks it (query/kernel.py): numba is an
 optional accelerator (the ``fast`` extra), as pyg-lib is for PyG.
@@ -20,24 +23,34 @@ import numba
 import numpy as np
 import torch
 
+from magma_torch.query.similarity import Similarity
 from magma_torch.store.csr_numba import csr_arrays, degree, gather_rows
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
 NUM_RELATIONS = len(REL_ID)
 
 
-def beam_search(graph: GraphSnapshot, matrix: torch.Tensor, intents: torch.Tensor, anchors: torch.Tensor,
+def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, anchors: torch.Tensor,
                 anchor_scores: torch.Tensor, lam_w: torch.Tensor, removed: torch.Tensor | None, cfg) -> tuple:
     """The columns of a ``BeamResult`` (query, node, score, parent, relation, via, depth) for the
-    questions of ``matrix`` [B, N] (their cosines with the snapshot's events); the arguments are
+    questions of ``sim`` (their cosines with the snapshot's events); the arguments are
     query/beam.py's ``beam_search``'s, with ``lam_w`` = lambda1 * w and ``removed`` its zero-weight
     mask (None: no relation removed)."""
     b_size = anchors.shape[0]
+    scan = sim.matrix is None
+    if scan:   # approximate cosines, their error bound, and the rows that give exact ones
+        matrix, error = sim.approx.float().numpy(), sim.error.double().numpy()
+        queries, rows = sim.queries.contiguous().numpy(), sim.embeddings.to(sim.dtype).contiguous().numpy()
+    else:
+        matrix, error = sim.matrix.contiguous().numpy(), np.zeros(b_size)
+        queries = rows = np.zeros((1, 1), dtype=np.float32)
+    round32 = sim.dtype == torch.float32
     cap = b_size * cfg.max_nodes
     out_long = np.empty((6, cap), dtype=np.int64)
     out_score = np.empty(cap, dtype=np.float64)
     no_removal = np.zeros((1, 1), dtype=np.bool_)
-    count = _search(matrix.numpy(), intents.numpy(), anchors.numpy(), anchor_scores.to(torch.float64).numpy(),
+    count = _search(matrix, scan, error, queries, rows, round32, intents.numpy(), anchors.numpy(),
+                    anchor_scores.to(torch.float64).numpy(),
                     lam_w.numpy(), no_removal if removed is None else removed.numpy(), removed is not None,
                     csr_arrays(graph.event_adj), csr_arrays(graph.event_entity), csr_arrays(graph.entity_event),
                     csr_arrays(graph.event_episode), csr_arrays(graph.episode_event), graph.num_events,
@@ -68,9 +81,21 @@ def _emit(out_long, out_score, row, query, node, score, parent, relation, via, d
 
 
 @numba.njit(cache=True, nogil=True)
-def _search(matrix, intents, anchors, anchor_scores, lam_w, removed, any_removed, adj, ev_ent, ent_ev, ev_epi,
-            epi_ev, n, gamma, lambda2, drop, max_depth, beam_width, max_nodes, out_long, out_score):
+def _exact_cosine(queries, b, rows, v, round32):
+    """queries[b] . rows[v], summed in float64; ``round32``: rounded to float32, the scores' dtype."""
+    acc = 0.0
+    for i in range(rows.shape[1]):
+        acc += np.float64(queries[b, i]) * np.float64(rows[v, i])
+    return np.float64(np.float32(acc)) if round32 else acc
+
+
+@numba.njit(cache=True, nogil=True)
+def _search(matrix, scan, error, queries, event_rows, round32, intents, anchors, anchor_scores, lam_w, removed,
+            any_removed, adj, ev_ent, ent_ev, ev_epi, epi_ev, n, gamma, lambda2, drop, max_depth, beam_width, max_nodes, out_long, out_score):
     visited = np.zeros(n, dtype=np.bool_)
+    exact = np.full(n if scan else 0, np.nan)     # scan: this question's exact cosines, once computed
+    computed = np.empty(n if scan else 0, dtype=np.int64)
+    n_computed = 0
     slot_of = np.full(n, -1, dtype=np.int64)      # a node's candidate slot at the current depth
     rows = 0
     for b in range(anchors.shape[0]):
@@ -120,6 +145,12 @@ def _search(matrix, intents, anchors, anchor_scores, lam_w, removed, any_removed
                 if v >= n or visited[v]:
                     continue
                 cos = np.float64(matrix[b, v])
+                if scan and cos >= drop - error[b]:
+                    if math.isnan(exact[v]):
+                        exact[v] = _exact_cosine(queries, b, event_rows, v, round32)
+                        computed[n_computed] = v
+                        n_computed += 1
+                    cos = exact[v]
                 if not cos >= drop or (any_removed and removed[intent, r]):
                     continue
                 s = gamma * f_score[row] + math.exp(lam_w[intent, r] * spec + lambda2 * cos)
@@ -161,4 +192,7 @@ def _search(matrix, intents, anchors, anchor_scores, lam_w, removed, any_removed
             count += take
         for i in range(first_row, rows):
             visited[out_long[1, i]] = False
+        for i in range(n_computed):
+            exact[computed[i]] = np.nan
+        n_computed = 0
     return rows

@@ -38,10 +38,9 @@ def compiled(kernel: str, device: torch.device) -> bool:
 
 
 def search_kernel(kernel: str, similarity_mode: str, device: torch.device) -> str:
-    """The beam search a batch runs: the compiled one reads cosines from a similarity matrix on CPU
-    (the ``matrix`` and ``columns`` ways, query/similarity.py); the half-precision scan and CUDA
-    take the tensor program."""
-    return "numba" if compiled(kernel, device) and similarity_mode in ("matrix", "columns") else "torch"
+    """The beam search a batch runs: the compiled one on CPU, for every similarity way
+    (query/similarity.py); CUDA takes the tensor program."""
+    return "numba" if compiled(kernel, device) else "torch"
 
 
 @functools.cache
