@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from magma_torch.bench.cli import main
 from magma_torch.bench.measure import Bench, QueryPath, load_config, reference_agreement
 from magma_torch.bench.synthetic import event_rows, synthesize
-from magma_torch.hardware import auto_scan_dtype, cpu_flags, cpu_model
+from magma_torch.hardware import auto_scan_dtype, cpu_flags, cpu_model, scan_probe
 from magma_torch.ingest import bulk
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.query.anchors import time_ranking
@@ -150,6 +150,7 @@ def test_magma_bench_writes_every_contract_key(tmp_path):
     assert record["machine"].startswith(cpu_model()) and record["cpu_flags"] == cpu_flags()
     assert record["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert record["scan_dtype"] == str(auto_scan_dtype(torch.device("cpu"))) and len(record["load_average_1_5_15"]) == 3
+    assert record["scan_probe_ms"] == scan_probe()        # the times auto decided on
     # the beam search each batch size ran: compiled on CPU wherever numba is installed (retrieval.kernel auto)
     assert record["beam_kernel"] == dict.fromkeys(("batch", "batch_1"), resolve_kernel("auto"))
 
