@@ -12,7 +12,8 @@ torch's other kernels); with every episode weight 0; and with the episode views 
 the snapshot (what the episode hops cost even when unused); and with ``retrieval.kernel`` torch,
 the tensor programs instead of their numba twins (query/kernel.py: the beam search, the
 re-ranker's support and the fusion, compiled on CPU where numba is installed). The machine record names the CPU's
-half-precision flags.
+half-precision flags. Each way also counts the questions whose beam search returned the node set of
+the first way: every copy and kernel should match on all of them, the episode ways need not.
 """
 from __future__ import annotations
 
@@ -33,20 +34,29 @@ from magma_torch.store.graph import REL_ID
 
 
 def timed(bench: Bench, paths: dict[str, QueryPath], warmup: int, queries: int) -> dict:
-    """Batch-1 p50 and mean phase times of each way; the ways take turns question by question,
-    so that load from other jobs falls on all of them alike."""
+    """Batch-1 p50 and mean phase times of each way, and on how many questions its beam search
+    returned the node set of the first way; the ways take turns question by question, so that
+    load from other jobs falls on all of them alike."""
     ms = {name: [] for name in paths}
+    same = dict.fromkeys(paths, 0)
     for i in range(warmup + queries):
         q, w = bench.questions[i:i + 1], bench.windows[i:i + 1]
+        nodes = {}
         for name, path in paths.items():
             if i == warmup:
                 path.phase_s = dict.fromkeys(path.phase_s, 0.0)
             t = time.perf_counter()
-            path(q, w)
+            _, _, result, _ = path(q, w)
             if i >= warmup:
                 ms[name].append((time.perf_counter() - t) * 1000)
+            nodes[name] = set(result.node.tolist())
+        if i >= warmup:
+            first = next(iter(nodes.values()))
+            for name in paths:
+                same[name] += nodes[name] == first
     return {name: {"ms_p50": statistics.median(ms[name]),
-                   "phase_ms_per_query": {k: v * 1000 / queries for k, v in path.phase_s.items()}}
+                   "phase_ms_per_query": {k: v * 1000 / queries for k, v in path.phase_s.items()},
+                   "same_node_sets_as_configured": same[name]}
             for name, path in paths.items()}
 
 
