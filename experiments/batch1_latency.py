@@ -1,6 +1,7 @@
 """Batch-1 latency of the query path by phase: by scan dtype, with and without the episode views, by kernel.
 
     python experiments/batch1_latency.py --events 100000 --queries 200 --json out.json
+    python experiments/batch1_latency.py --events 100000 --queries 60 --batch 8   # batches of 8, ms per question
 
 Builds magma-bench's synthetic memory (conf/bench/default.yaml), warms up, then times
 `QueryPath` one question at a time, every way in turn on each question: as configured; with the
@@ -33,14 +34,14 @@ from magma_torch.store.csr import IncrementalCSR
 from magma_torch.store.graph import REL_ID
 
 
-def timed(bench: Bench, paths: dict[str, QueryPath], warmup: int, queries: int) -> dict:
-    """Batch-1 p50 and mean phase times of each way, and on how many questions its beam search
-    returned the node set of the first way; the ways take turns question by question, so that
-    load from other jobs falls on all of them alike."""
+def timed(bench: Bench, paths: dict[str, QueryPath], warmup: int, queries: int, batch: int = 1) -> dict:
+    """p50 milliseconds per question and mean phase times per question of each way, and on how
+    many batches its beam search returned the node sets of the first way; the ways take turns
+    batch by batch (``batch`` questions each), so that load from other jobs falls on all of them alike."""
     ms = {name: [] for name in paths}
     same = dict.fromkeys(paths, 0)
     for i in range(warmup + queries):
-        q, w = bench.questions[i:i + 1], bench.windows[i:i + 1]
+        q, w = bench.questions[i * batch:(i + 1) * batch], bench.windows[i * batch:(i + 1) * batch]
         nodes = {}
         for name, path in paths.items():
             if i == warmup:
@@ -48,14 +49,14 @@ def timed(bench: Bench, paths: dict[str, QueryPath], warmup: int, queries: int) 
             t = time.perf_counter()
             _, _, result, _ = path(q, w)
             if i >= warmup:
-                ms[name].append((time.perf_counter() - t) * 1000)
-            nodes[name] = set(result.node.tolist())
+                ms[name].append((time.perf_counter() - t) * 1000 / batch)
+            nodes[name] = set(zip(result.query.tolist(), result.node.tolist()))
         if i >= warmup:
             first = next(iter(nodes.values()))
             for name in paths:
                 same[name] += nodes[name] == first
     return {name: {"ms_p50": statistics.median(ms[name]),
-                   "phase_ms_per_query": {k: v * 1000 / queries for k, v in path.phase_s.items()},
+                   "phase_ms_per_query": {k: v * 1000 / (queries * batch) for k, v in path.phase_s.items()},
                    "same_node_sets_as_configured": same[name]}
             for name, path in paths.items()}
 
@@ -67,10 +68,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    ap.add_argument("--batch", type=int, default=1, help="questions per timed call (--queries counts the calls)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    bench = Bench.build(load_config(), args.events, args.warmup + args.queries, "cpu")
+    bench = Bench.build(load_config(), args.events, (args.warmup + args.queries) * args.batch, "cpu")
     r, snap = bench.retriever, bench.snap
     paths = {"as configured": QueryPath(snap, r, bench.device)}
     copies = {"float32 columns": snap.embeddings.T.contiguous(), "scan float16": snap.embeddings.half(),
@@ -87,8 +89,9 @@ def main() -> None:
     tensor_programs = copy.copy(r)
     tensor_programs.kernel = "torch"
     paths["kernel torch"] = QueryPath(snap, tensor_programs, bench.device)
-    runs = timed(bench, paths, args.warmup, args.queries)
-    out = {"scan_dtype": str(snap.scan_embeddings.dtype), "beam_kernel": r.search_kernel(snap, 1, bench.device),
+    runs = timed(bench, paths, args.warmup, args.queries, args.batch)
+    out = {"scan_dtype": str(snap.scan_embeddings.dtype), "beam_kernel": r.search_kernel(snap, args.batch, bench.device),
+           "similarity_mode": r.similarity_mode(snap, args.batch), "batch": args.batch,
            "events": args.events, "queries": args.queries,
            "warmup": args.warmup, "runs": runs, **machine()}
     print(json.dumps(out, indent=2))

@@ -212,7 +212,7 @@ def test_compiled_search_returns_the_tensor_programs_rows(shape, batch, dtype, t
     intents = torch.randint(0, 3, (batch,), generator=g)
     w = relation_weights({**WEIGHTS, "WHEN": {**WEIGHTS["WHEN"], "entity": 0.0}}, INTENTS)
     snap = graph.snapshot(n, shape["m"], num_episodes(n))
-    sim = Similarity(emb, emb.half() if scan else None, q, dtype=dtype)
+    sim = Similarity(emb, emb.half() if scan else None, q, SimilarityConfig(matrix_min_batch=batch + 1), dtype=dtype)
     assert sim.mode == ("scan" if scan else "matrix")
     tensor = beam_search(snap, sim, intents, anchors, scores, w, cfg, "torch")
     compiled = beam_search(snap, sim, intents, anchors, scores, w, cfg, "numba")

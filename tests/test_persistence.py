@@ -224,5 +224,5 @@ def test_a_config_saved_before_new_settings_gets_their_defaults():
         del old[key]
     del old["retrieval"]["similarity"]
     cfg = saved_config(old)
-    assert cfg.chain_span == 4 and cfg.scan_dtype == "auto" and cfg.retrieval.similarity.matrix_min_batch == 16
+    assert cfg.chain_span == 4 and cfg.scan_dtype == "auto" and cfg.retrieval.similarity.matrix_min_batch == 8
     assert cfg.name == "hybrid_rag" and cfg.retrieval.anchor_k == 200          # the saved values win

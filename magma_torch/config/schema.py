@@ -202,7 +202,10 @@ class RerankConfig:
 @dataclass
 class SimilarityConfig:
     """cos(q, v) for a batch, computed once (query/similarity.py); both ways give the same values."""
-    matrix_min_batch: int = 16        # batches this large get the full [B, N] Q·Eᵀ matrix (one pass over E) ...
+    # Batches this large get the full [B, N] Q·Eᵀ matrix (one pass over E) ... At 10^5 events on the AMD EPYC VM,
+    # ms per question, the float16 scan against the rows' matrix: 3.7 / 5.3 for batches of 7, 3.7 / 2.8 for 8
+    # (experiments/results/bench/history/batch1_latency_100k_epyc_batch{7,8}_*.json; not measured on CUDA).
+    matrix_min_batch: int = 8
     matrix_max_bytes: int = 1 << 31   # ... when it fits; larger batches are retrieved in passes whose matrix fits
 
 
