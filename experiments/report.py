@@ -27,7 +27,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from magma_torch.eval.metrics import retrieval_ms  # noqa: E402
 
 ABLATIONS = ("magma_no_traversal", "magma_no_beam", "magma_no_episode", "magma_no_entity", "magma_no_causal",
-             "magma_no_policy", "magma_no_temporal")
+             "magma_no_policy", "magma_no_temporal", "magma_no_adapter")
 LOCOMO_ORDER = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial")
 # the parts of a run's config that make two runs of one memory the same experiment
 SAME_RUN_KEYS = ("task", "memory", "consolidation", "llm", "judge")

@@ -46,12 +46,12 @@ def scored_questions(sample):
     return [q for q in sample.questions if q.evidence and not recall_excluded(q)]
 
 
-def pool_features(ret: Retriever, emb: Embedder, snap, sample) -> list[tuple[np.ndarray, np.ndarray]]:
+def pool_features(ret: Retriever, snap, sample) -> list[tuple[np.ndarray, np.ndarray]]:
     """(features [P, F], labels [P]) per scored question of ``sample``."""
     qs = scored_questions(sample)
     texts = [q.question for q in qs]
     epochs = [epoch_window(question_time_window(t, q.query_time)) for t, q in zip(texts, qs)]
-    sim = ret.similarity(snap, emb.encode(texts).to(snap.embeddings.device))
+    sim = ret.similarity(snap, ret.embed_questions(texts, snap.embeddings.device)[1])
     fused = ret.fused(snap, sim, epochs, texts)
     feats = ret.rerank_features(snap, sim, fused).numpy()
     source = np.array([r.source_id for r in snap.rows], dtype=object)
@@ -107,6 +107,11 @@ def main() -> None:
                     help="leave the features starting with these out of the fit (e.g. support_: no graph support)")
     args = ap.parse_args()
     cfg = memory_config(args.memory)
+    # Fitted on the embedder's own question vectors. The question adapter (query/adapter.py) is fitted on
+    # these same conversations, so through it the cosine feature looks stronger here than on new ones and
+    # a re-ranker fitted on it leans on it too much (held out, recall fell); the query path applies these
+    # weights to adapted cosines, which experiments/train_question_adapter.py cross-validates.
+    cfg.retrieval.question_adapter = None
     rc = settings(cfg).retrieval
     if args.token_cost is not None:
         rc = dataclasses.replace(rc, rerank=dataclasses.replace(rc.rerank, token_cost=args.token_cost))
@@ -120,7 +125,7 @@ def main() -> None:
         m.consolidate()
         memories.append((s, m.store.snapshot()))
     ret = Retriever(emb, intent, rc)
-    parts = {s.sample_id: pool_features(ret, emb, snap, s) for s, snap in memories}
+    parts = {s.sample_id: pool_features(ret, snap, s) for s, snap in memories}
 
     budget = int(rc.budget_tokens)
     off = Retriever(emb, intent, dataclasses.replace(rc, rerank=dataclasses.replace(rc.rerank, pool=0)))

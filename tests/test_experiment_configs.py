@@ -63,7 +63,7 @@ def test_table_grids_cover_the_paper_rows():
             "memory=full_context"} <= t1
     assert t4 == {f"memory={m}" for m in ("magma", "magma_no_traversal", "magma_no_beam", "magma_no_episode",
                                           "magma_no_entity", "magma_no_causal", "magma_no_policy",
-                                          "magma_no_temporal", "magma_no_context")}
+                                          "magma_no_temporal", "magma_no_adapter", "magma_no_context")}
 
 
 def relation_matrix(name: str):
@@ -104,6 +104,7 @@ def test_magma_paper_keeps_to_table_5():
     _, paper = relation_matrix("magma_paper")
     b = paper.beam
     assert paper.active_signals == ("vector", "keyword", "time") and paper.time_filter
+    assert paper.question_adapter is None            # the map fitted on dev is not the paper's
     assert paper.signal_top_k.vector == 20 and 2 <= paper.signal_weights.keyword <= 5
     assert (b.max_depth, b.max_nodes, b.drop_threshold, b.lambda1) == (5, 200, 0.15, 1.0) and 0.3 <= b.lambda2 <= 0.7
     for intent in INTENTS:

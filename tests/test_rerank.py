@@ -47,7 +47,7 @@ def mem():
 
 def pool(mem):
     ret, snap = mem.retriever, mem.store.snapshot()
-    sim = ret.similarity(snap, mem.embedder.encode(QUESTIONS))
+    sim = ret.similarity(snap, ret.embed_questions(QUESTIONS, snap.embeddings.device)[1])
     return ret, snap, sim, ret.fused(snap, sim, [None] * len(QUESTIONS), QUESTIONS)
 
 

@@ -249,6 +249,9 @@ class RetrievalConfig:
     # The beam search, the re-ranker's graph support and the fusion on CPU: "numba" (compiled loops, the
     # `fast` extra), "torch" (the tensor programs) or "auto" (numba when installed). Same results (query/kernel.py).
     kernel: str = "auto"
+    # A linear map of question embeddings fitted on LoCoMo dev (query/adapter.py): "bundled" (for
+    # all-MiniLM-L6-v2), a safetensors path, or None for the embedder's own question vectors.
+    question_adapter: Optional[str] = "bundled"
 
     @property
     def active_signals(self) -> tuple[str, ...]:

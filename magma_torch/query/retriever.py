@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 import torch
 
 from magma_torch.config.schema import SIGNALS, RetrievalConfig
+from magma_torch.query.adapter import QuestionAdapter
 from magma_torch.query.anchors import (Anchors, context_candidates, context_scores, episode_ranking, inside_windows,
                                        keep_inside, rrf_fuse, speaker_ranking, speakers_named, time_ranking)
 from magma_torch.query.beam import BeamResult, beam_search, relation_weights, salience_order
@@ -93,6 +94,15 @@ class Retriever:
         if cfg.mode not in ("graph", "full_context"):
             raise ValueError(f"unknown retrieval mode {cfg.mode!r}; options: ['graph', 'full_context']")
         self.kernel = resolve_kernel(cfg.kernel)   # a bad or uninstalled kernel fails here, not mid-query
+        self.adapter = None if cfg.question_adapter is None else QuestionAdapter.load(cfg.question_adapter)
+        if self.adapter is not None:
+            self.adapter.check(embedder)
+
+    def embed_questions(self, questions: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(raw, compared): the embedder's question vectors, which the intent head reads, and the
+        ones compared with events, through the question adapter when one is configured."""
+        raw = self.embedder.encode(questions).to(device)
+        return raw, raw if self.adapter is None else self.adapter(raw)
 
     @torch.inference_mode()
     def retrieve_batch(self, snap: StoreSnapshot, questions: list[str], query_times: list[datetime | None],
@@ -100,10 +110,10 @@ class Retriever:
         from magma_torch.text.temporal import question_time_window  # lazy: dateparser is not needed to rank
 
         budget = self.cfg.budget_tokens if budget_tokens is None else budget_tokens
-        q = self.embedder.encode(questions).to(snap.embeddings.device)
+        raw, q = self.embed_questions(questions, snap.embeddings.device)
         started = time.perf_counter()
-        probs = self.intent_probs(q, questions)
-        intents = self.intents(q, probs)
+        probs = self.intent_probs(raw, questions)
+        intents = self.intents(raw, probs)
         windows = [question_time_window(text, t) for text, t in zip(questions, query_times)]
         if self.cfg.mode == "full_context" or snap.num_events == 0:
             # an empty memory has nothing to rank; full_context over it is the empty result

@@ -1,0 +1,121 @@
+"""Fit the question adapter (query/adapter.py) on the LoCoMo dev split.
+
+    .venv/bin/pip install -e ".[train]"
+    .venv/bin/python experiments/train_question_adapter.py ../shared/data/locomo/locomo10_dev.json \
+        --out experiments/results/adapter/locomo_dev.json --weights magma_torch/query/data/question_adapter.safetensors
+
+Each conversation becomes a memory (magma, heuristic consolidation, as `magma-run task=retrieval`
+builds it). Each question of categories 1-4 with evidence gives its embedding and the rows of its
+evidence turns, read here, offline; the query path reads only the fitted map. Before the final
+fit on every conversation, each conversation is held out in turn: the map is fitted on the others,
+and the held-out questions are ranked by cosine alone (recall_all@k of the dense ranking) and run
+through the whole query process of ``--memory`` with that map, next to the same questions without
+one. Those held-out figures are what ``cross_validation`` reports.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from machine import machine  # experiments/machine.py
+from train_rerank import recall, scored_questions, summary  # experiments/train_rerank.py
+
+from magma_torch.config.resolve import memory_config, settings
+from magma_torch.eval.datasets import load_dataset
+from magma_torch.eval.runner import records
+from magma_torch.memory import MagmaMemory
+from magma_torch.query.adapter import BUNDLED_EMBEDDER, QuestionAdapter, fit
+from magma_torch.query.intent import IntentClassifier
+from magma_torch.query.retriever import Retriever
+from magma_torch.text.embedder import Embedder
+
+DENSE_K = (10, 40, 100)
+
+
+def training_rows(emb: Embedder, snap, sample) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """(event embeddings [N, d], question embeddings [B, d], evidence rows per question)."""
+    row_of = {r.source_id: i for i, r in enumerate(snap.rows)}
+    qs = scored_questions(sample)
+    questions = emb.encode([q.question for q in qs]).float().cpu()
+    evidence = [[row_of[e] for e in q.evidence if e in row_of] for q in qs]
+    return snap.embeddings.float().cpu(), questions, evidence
+
+
+def dense_recall(events, questions, evidence, weight: torch.Tensor | None) -> dict[int, list[float]]:
+    """recall_all@k of the cosine ranking alone, per question with evidence."""
+    q = questions if weight is None else QuestionAdapter(weight)(questions)
+    rank = (q @ events.T).argsort(dim=1, descending=True).argsort(dim=1)
+    return {k: [float((rank[b, ev] < k).all()) for b, ev in enumerate(evidence) if ev] for k in DENSE_K}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data", help="the LoCoMo dev split (locomo10_dev.json)")
+    ap.add_argument("--out", type=Path, required=True, help="the cross-validation report (JSON)")
+    ap.add_argument("--weights", type=Path, default=None, help="where to write the map fitted on every conversation")
+    ap.add_argument("--memory", default="magma", help="the memory config whose query process is cross-validated")
+    ap.add_argument("--l2", type=float, default=0.1, help="weight of ||W - I||^2")
+    ap.add_argument("--temperature", type=float, default=0.05, help="of the softmax over a conversation's turns")
+    ap.add_argument("--epochs", type=int, default=30, help="passes over the conversations, one Adam step each")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    args = ap.parse_args()
+    hyper = {"l2": args.l2, "temperature": args.temperature, "epochs": args.epochs, "lr": args.lr}
+    mcfg = memory_config(args.memory)
+    mcfg.retrieval.question_adapter = None      # the memories are built and ranked without a map; each fold adds its own
+    rc = settings(mcfg).retrieval
+    emb, intent = Embedder(device="cpu"), IntentClassifier.load(device="cpu")
+    samples = list(load_dataset("locomo", args.data))
+    memories, rows = [], {}
+    for s in samples:
+        m = MagmaMemory(mcfg, "heuristic", namespace=s.sample_id, embedder=emb)
+        m.add_many(records(s))
+        m.consolidate()
+        snap = m.store.snapshot()
+        memories.append((s, snap))
+        rows[s.sample_id] = training_rows(emb, snap, s)
+
+    without = Retriever(emb, intent, rc)
+    held, base, dense_held, dense_base, folds = [], [], {k: [] for k in DENSE_K}, {k: [] for k in DENSE_K}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for s, snap in memories:
+            weight = fit([r for sid, r in rows.items() if sid != s.sample_id], **hyper)
+            path = Path(tmp) / f"{s.sample_id}.safetensors"
+            QuestionAdapter(weight).save(path)
+            fold = Retriever(emb, intent, dataclasses.replace(rc, question_adapter=str(path)))
+            r_fold, r_base = recall(fold, snap, s, int(rc.budget_tokens)), recall(without, snap, s, int(rc.budget_tokens))
+            folds[s.sample_id] = {"adapter": summary(r_fold)["overall"], "none": summary(r_base)["overall"]}
+            held += r_fold
+            base += r_base
+            for k, v in dense_recall(*rows[s.sample_id], weight).items():
+                dense_held[k] += v
+            for k, v in dense_recall(*rows[s.sample_id], None).items():
+                dense_base[k] += v
+    dense = {name: {f"recall_all@{k}": round(float(np.mean(d[k])), 4) for k in DENSE_K}
+             for name, d in (("adapter", dense_held), ("none", dense_base))}
+    out = {"command": "python experiments/train_question_adapter.py " + " ".join(
+               str(a) for a in [args.data, "--out", args.out] + (["--weights", args.weights] if args.weights else [])
+               + (["--memory", args.memory] if args.memory != "magma" else [])
+               + [f"--{k} {v}" for k, v in hyper.items()]),
+           "data": Path(args.data).name, "memory": args.memory, "consolidation": "heuristic", "fit": hyper,
+           "cross_validation": {"method": "leave one conversation out: fitted on the other four, the held-out "
+                                          "conversation's questions by cosine alone and through the whole query process",
+                                "dense": dense, "adapter": summary(held), "none": summary(base), "folds": folds},
+           "machine": machine()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({"dense": dense, "adapter": out["cross_validation"]["adapter"]["overall"],
+                      "none": out["cross_validation"]["none"]["overall"]}))
+    if args.weights:
+        final = fit(list(rows.values()), **hyper)
+        QuestionAdapter(final, {"fit": hyper, "data": out["data"], "embedder": "all-MiniLM-L6-v2",
+                                "embedder_path": BUNDLED_EMBEDDER, "command": out["command"]}).save(args.weights)
+
+
+if __name__ == "__main__":
+    torch.set_grad_enabled(False)
+    main()

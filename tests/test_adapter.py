@@ -1,0 +1,140 @@
+"""The question adapter (query/adapter.py): the map it applies, its fit, the bundled weights against
+the report that fitted them, and the settings that choose it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from magma_torch import MagmaMemory
+from magma_torch.query.adapter import BUNDLED, QuestionAdapter, fit
+from magma_torch.text.embedder import Embedder
+
+REPORT = Path(__file__).parents[1] / "experiments/results/adapter/locomo_dev.json"
+TURNS = ["I adopted a beagle puppy named Max.", "My violin lesson starts at noon.",
+         "I bought a clarinet for the band.", "The orchestra plays in Boston next month."]
+
+
+def test_identity_map_leaves_questions_as_they_are():
+    q = torch.nn.functional.normalize(torch.randn(5, 8), dim=1)
+    assert torch.allclose(QuestionAdapter(torch.eye(8))(q), q, atol=1e-6)
+
+
+def test_map_is_applied_and_renormalised():
+    w = torch.diag(torch.tensor([2.0, 0.0, 1.0]))
+    out = QuestionAdapter(w)(torch.tensor([[0.6, 0.8, 0.0]]))
+    assert torch.allclose(out, torch.tensor([[1.0, 0.0, 0.0]]))
+
+
+def test_fit_moves_questions_toward_their_evidence():
+    """Questions whose evidence lies along a direction they do not point at: after the fit each
+    question's evidence ranks first among its conversation's turns, which it did not before."""
+    g = torch.Generator().manual_seed(0)
+    dim, n = 16, 40
+    events = torch.nn.functional.normalize(torch.randn(n, dim, generator=g), dim=1)
+    rot = torch.linalg.qr(torch.randn(dim, dim, generator=g))[0]     # questions are a rotation of their evidence
+    evidence = [[i] for i in range(n)]
+    questions = events @ rot.T
+    conv = [(events, questions, evidence)]
+    before = (questions @ events.T).argmax(dim=1)
+    w = fit(conv, l2=0.0, temperature=0.05, epochs=300, lr=1e-2)
+    after = (QuestionAdapter(w)(questions) @ events.T).argmax(dim=1)
+    assert (before == torch.arange(n)).float().mean() < 0.5
+    assert (after == torch.arange(n)).all()
+
+
+def test_l2_keeps_the_map_near_the_identity():
+    g = torch.Generator().manual_seed(1)
+    events = torch.nn.functional.normalize(torch.randn(20, 8, generator=g), dim=1)
+    questions = torch.nn.functional.normalize(torch.randn(20, 8, generator=g), dim=1)
+    conv = [(events, questions, [[i] for i in range(20)])]
+    loose = fit(conv, l2=0.0, temperature=0.05, epochs=100, lr=1e-2)
+    tight = fit(conv, l2=10.0, temperature=0.05, epochs=100, lr=1e-2)
+    eye = torch.eye(8)
+    assert (tight - eye).norm() < 0.2 * (loose - eye).norm()
+
+
+def test_fit_accepts_inference_mode_embeddings():
+    with torch.inference_mode():
+        events = torch.nn.functional.normalize(torch.randn(6, 4), dim=1)
+        questions = events.clone()
+    w = fit([(events, questions, [[0], [1, 2], [], [3], [4], [5]])], l2=0.1, temperature=0.1, epochs=2, lr=1e-3)
+    assert w.shape == (4, 4) and not w.requires_grad
+
+
+def test_save_load_round_trip(tmp_path):
+    w = torch.randn(6, 6)
+    QuestionAdapter(w, {"fit": {"l2": 0.1}}).save(tmp_path / "a.safetensors")
+    back = QuestionAdapter.load(str(tmp_path / "a.safetensors"))
+    assert torch.equal(back.weight, w) and back.meta == {"fit": {"l2": 0.1}}
+
+
+def test_bad_files_name_the_setting(tmp_path):
+    with pytest.raises(FileNotFoundError, match="retrieval.question_adapter"):
+        QuestionAdapter.load(str(tmp_path / "missing.safetensors"))
+    from safetensors.torch import save_file
+
+    save_file({"other": torch.eye(3)}, str(tmp_path / "x.safetensors"))
+    with pytest.raises(ValueError, match="no 'weight'"):
+        QuestionAdapter.load(str(tmp_path / "x.safetensors"))
+    with pytest.raises(ValueError, match=r"square \[d, d\]"):
+        QuestionAdapter(torch.zeros(3, 4))
+
+
+def test_bundled_map_is_the_reports_fit():
+    """The shipped map for all-MiniLM-L6-v2 is the one the committed report describes, near the
+    identity as its l2 keeps it, and it changes question vectors (it is not the identity)."""
+    a = QuestionAdapter.load(BUNDLED)
+    report = json.loads(REPORT.read_text())
+    assert a.dim == 384 and a.meta["fit"] == report["fit"] and a.meta["embedder_path"] == "bundled"
+    off = (a.weight - torch.eye(384)).norm().item()
+    assert 0.1 < off < 0.5 * torch.eye(384).norm().item()
+    held = report["cross_validation"]
+    assert held["adapter"]["overall"]["recall_all@2000tok"] > held["none"]["overall"]["recall_all@2000tok"]
+
+
+@pytest.fixture(scope="module")
+def emb():
+    return Embedder(device="cpu")
+
+
+def test_retrieval_compares_adapted_questions_and_the_intent_head_reads_raw_ones(emb):
+    """With a map that reverses the question, the dense ranking turns over; the intent stays the
+    one the raw embedding gives."""
+    cfg = {"slow_path": {"background": False}, "retrieval": {"question_adapter": None}}
+    with MagmaMemory(cfg, "none", device="cpu", embedder=emb) as plain:
+        plain.add_many([{"text": t, "timestamp": 1_700_000_000 + 60 * i} for i, t in enumerate(TURNS)])
+        snap = plain.store.snapshot()
+        ret = plain.retriever
+        raw, q = ret.embed_questions(["Which instruments do you play?"], snap.embeddings.device)
+        assert torch.equal(raw, q)
+        ret.adapter = QuestionAdapter(-torch.eye(384))
+        raw2, q2 = ret.embed_questions(["Which instruments do you play?"], snap.embeddings.device)
+        assert torch.equal(raw2, raw) and torch.allclose(q2, -raw, atol=1e-6)
+        assert ret.retrieve_batch(snap, ["Which instruments do you play?"], [None])[0].intent == \
+            plain.retrieve("Which instruments do you play?").intent
+
+
+def test_default_memory_uses_the_bundled_map_and_baselines_do_not(emb):
+    with MagmaMemory(None, "none", device="cpu", embedder=emb) as m:
+        assert m.retriever.adapter is not None and m.retriever.adapter.dim == 384
+    for name in ("magma_paper", "hybrid_rag", "vector_rag", "bm25", "magma_no_adapter"):
+        with MagmaMemory(name, "none", device="cpu", embedder=emb) as m:
+            assert m.retriever.adapter is None, name
+
+
+def test_a_map_for_another_embedder_fails_at_construction(emb, tmp_path):
+    QuestionAdapter(torch.eye(8)).save(tmp_path / "a8.safetensors")
+    with pytest.raises(ValueError, match="8-d questions, the embedder gives 384-d"):
+        MagmaMemory({"retrieval": {"question_adapter": str(tmp_path / "a8.safetensors")}}, "none", device="cpu",
+                    embedder=emb)
+
+    class Other:
+        dim, model_path = 384, "/models/another-384d-model"
+    from magma_torch.query.retriever import Retriever
+    from magma_torch.config.schema import RetrievalConfig
+
+    with pytest.raises(ValueError, match="fitted for the bundled all-MiniLM-L6-v2"):
+        Retriever(Other(), None, RetrievalConfig())
