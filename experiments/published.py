@@ -32,6 +32,7 @@ RESULTS = ROOT / "experiments" / "results"
 LOCOMO = RESULTS / "locomo_dev"
 VARIANTS = RESULTS / "locomo_dev_variants"
 RERANK = RESULTS / "rerank"
+ADAPTER = RESULTS / "adapter" / "locomo_dev.json"
 LONGMEMEVAL_FIXTURES = RESULTS / "longmemeval_fixtures"
 BENCH = RESULTS / "bench"
 QA_SMALL = RESULTS / "qa_small"
@@ -114,20 +115,36 @@ def locomo_ablations() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _summary_as_metrics(summary: dict) -> dict:
+    """A cross-validation summary (train_rerank.summary) in metrics.json's shape, for _delta."""
+    return {"overall": summary["overall"], "by_category": {c: summary[c] for c in CATEGORIES if c in summary}}
+
+
 def locomo_targets() -> str:
-    """Issue 11's recall targets against the committed runs."""
+    """Issue 11's recall targets: on the committed dev runs, and held out a conversation at a time
+    (experiments/train_question_adapter.py). The question adapter is fitted on the dev questions,
+    so the dev runs rank questions it was fitted on; the verdict reads the held-out figures."""
     runs = _locomo()
-    m = runs["magma"]
-    rows = [("overall `recall_all@10`", 0.72, m["overall"]["recall_all@10"]),
-            ("overall `recall_all@2000tok`", 0.88, m["overall"]["recall_all@2000tok"]),
-            ("multi-hop `recall_all@2000tok`", 0.60, m["by_category"]["multi-hop"]["recall_all@2000tok"])]
+    held = {name: _summary_as_metrics(r["adapter"])
+            for name, r in _load_json(ADAPTER)["cross_validation"]["memories"].items()}
+
+    def rows_of(r: dict) -> list[float]:
+        m = r["magma"]
+        out = [m["overall"]["recall_all@10"], m["overall"]["recall_all@2000tok"],
+               m["by_category"]["multi-hop"]["recall_all@2000tok"]]
+        for base in ("magma_no_traversal", "magma_no_beam"):
+            out += [_delta(m, r[base], "overall", "recall_all@2000tok"), _delta(m, r[base], "multi-hop", "recall_all@2000tok")]
+        return out
+
+    names = ["overall `recall_all@10`", "overall `recall_all@2000tok`", "multi-hop `recall_all@2000tok`"]
     # the traversal as a whole (every read of the graph), then the beam search's own share of it
     for what, base in (("traversal gain", "magma_no_traversal"), ("beam-search gain", "magma_no_beam")):
-        rows += [(f"{what}, overall `@2000tok` (magma − {base})", 0.02,
-                  _delta(m, runs[base], "overall", "recall_all@2000tok")),
-                 (f"{what}, multi-hop `@2000tok`", 0.05, _delta(m, runs[base], "multi-hop", "recall_all@2000tok"))]
-    lines = ["| target | goal | measured |", "| --- | --- | --- |"]
-    lines += [f"| {what} | ≥ {goal:.2f} | {value:.3f}: {_met(value >= goal)} |" for what, goal, value in rows]
+        names += [f"{what}, overall `@2000tok` (magma − {base})", f"{what}, multi-hop `@2000tok`"]
+    goals = [0.72, 0.88, 0.60, 0.02, 0.05, 0.02, 0.05]
+    lines = ["| target | goal | dev, as run (adapter fitted on these questions) | held out a conversation at a time |",
+             "| --- | --- | --- | --- |"]
+    lines += [f"| {what} | ≥ {goal:.2f} | {dev:.3f} | {out:.3f}: {_met(out >= goal)} |"
+              for what, goal, dev, out in zip(names, goals, rows_of(runs), rows_of(held))]
     return "\n".join(lines) + "\n"
 
 
@@ -180,6 +197,35 @@ def locomo_rerank() -> str:
         cells = [block["overall"]] + [block[c] for c in CATEGORIES]
         lines.append(f"| {name} | " + " | ".join(_pair(c["recall_all@10"], c["recall_all@2000tok"]) for c in cells)
                      + " |")
+    return "\n".join(lines) + "\n"
+
+
+def locomo_adapter() -> str:
+    """The question adapter held out a conversation at a time (experiments/train_question_adapter.py):
+    the dense ranking alone, without and with the map."""
+    dense = _load_json(ADAPTER)["cross_validation"]["dense"]
+    keys = list(dense["none"])
+    lines = ["| questions compared | " + " | ".join(f"cosine alone, `{k}`" for k in keys) + " |",
+             "|" + " --- |" * (len(keys) + 1)]
+    for name, label in (("none", "as the embedder gives them"), ("adapter", "through the adapter")):
+        lines.append(f"| {label} | " + " | ".join(f"{dense[name][k]:.3f}" for k in keys) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def locomo_held_out() -> str:
+    """magma and its ablations with the question adapter held out a conversation at a time
+    (the map fitted on the other four), next to the same query process without a map."""
+    runs = _load_json(ADAPTER)["cross_validation"]["memories"]
+    head = ["memory", "without a map: overall @10 / @2000tok", "multi-hop", "held-out map: overall @10 / @2000tok",
+            *CATEGORIES]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for name, r in runs.items():
+        none, ad = r["none"], r["adapter"]
+        cells = [_pair(none["overall"]["recall_all@10"], none["overall"]["recall_all@2000tok"]),
+                 _pair(none["multi-hop"]["recall_all@10"], none["multi-hop"]["recall_all@2000tok"]),
+                 _pair(ad["overall"]["recall_all@10"], ad["overall"]["recall_all@2000tok"])]
+        cells += [_pair(ad[c]["recall_all@10"], ad[c]["recall_all@2000tok"]) for c in CATEGORIES]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -288,6 +334,8 @@ BLOCKS = {
     "locomo_targets": locomo_targets,
     "locomo_variants": locomo_variants,
     "locomo_rerank": locomo_rerank,
+    "locomo_adapter": locomo_adapter,
+    "locomo_held_out": locomo_held_out,
     "locomo_latency": locomo_latency,
     "longmemeval_episodes": longmemeval_episodes,
     "qa_small": qa_small,

@@ -91,7 +91,7 @@ def test_bundled_map_is_the_reports_fit():
     assert a.dim == 384 and a.meta["fit"] == report["fit"] and a.meta["embedder_path"] == "bundled"
     off = (a.weight - torch.eye(384)).norm().item()
     assert 0.1 < off < 0.5 * torch.eye(384).norm().item()
-    held = report["cross_validation"]
+    held = report["cross_validation"]["memories"]["magma"]
     assert held["adapter"]["overall"]["recall_all@2000tok"] > held["none"]["overall"]["recall_all@2000tok"]
 
 
