@@ -153,6 +153,8 @@ def test_magma_bench_writes_every_contract_key(tmp_path):
     assert record["scan_probe_ms"] == scan_probe()        # the times auto decided on
     # the beam search each batch size ran: compiled on CPU wherever numba is installed (retrieval.kernel auto)
     assert record["beam_kernel"] == dict.fromkeys(("batch", "batch_1"), resolve_kernel("auto"))
+    # the question adapter's step, outside the timed path like the embedding (the bundled map is 384-d)
+    assert record["question_adapter_ms_p50"] > 0
 
 
 def test_magma_bench_prints_json_then_a_summary_and_takes_the_extra_query_counts(capsys):

@@ -97,7 +97,8 @@ def summary(r: dict) -> str:
         f"  retrieval    {num('retrieval_qps', '{:,.0f}')} questions/s in batches of {r['batch']}; "
         f"ms per question by phase: {phases}",
         f"  batch 1      p50 {num('retrieval_ms_p50', '{:.2f}')} ms, p95 {num('retrieval_ms_p95', '{:.2f}')} ms "
-        f"over {r['single_queries']} questions (+ {num('question_embedding_ms_p50', '{:.1f}')} ms to embed one)",
+        f"over {r['single_queries']} questions (+ {num('question_embedding_ms_p50', '{:.1f}')} ms to embed one, "
+        f"+ {num('question_adapter_ms_p50', '{:.3f}')} ms through the question adapter)",
         f"  reference    agreement {num('agreement_with_reference', '{:.3f}')} over {r['reference_queries']} "
         f"questions; {num('speedup_vs_reference', '{:,.0f}')}x its {num('reference_qps', '{:.1f}')} questions/s",
         f"  vector_rag   {num('vector_rag_qps', '{:,.0f}')} questions/s; peak RSS {num('peak_rss_mb', '{:,.0f}')} MB"])

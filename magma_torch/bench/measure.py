@@ -201,6 +201,23 @@ def _question_embedding_ms(device: torch.device, runs: int = 30) -> float | None
     return _percentile(times, 50)
 
 
+def _question_adapter_ms(retriever: Retriever, dim: int, device: torch.device, runs: int = 30) -> float | None:
+    """p50 of one question through the question adapter (retrieval.question_adapter), the step between
+    the embedding and the timed path; None without a map or with one of another width than ``dim``."""
+    adapter = retriever.adapter
+    if adapter is None or adapter.dim != dim:
+        return None
+    q = torch.nn.functional.normalize(torch.randn(1, dim, device=device), dim=1)
+    adapter(q)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        adapter(q)
+        _sync(device)
+        times.append((time.perf_counter() - t) * 1000)
+    return _percentile(times, 50)
+
+
 def reference_agreement(store: MemoryStore, retriever: Retriever, q: torch.Tensor, intents, anchors, res,
                         n_queries: int, tick=lambda n: None) -> tuple[float, float]:
     """(fraction of the first ``n_queries`` whose reference node set equals the batched one,
@@ -313,6 +330,7 @@ class Bench:
             "vector_rag_ms_p50": _percentile([s * 1000 for s in vec_single_s], 50),
             "magma_over_vector_rag_time": vector_qps / retrieval_qps,
             "question_embedding_ms_p50": _question_embedding_ms(dev) if embed_question else None,
+            "question_adapter_ms_p50": _question_adapter_ms(self.retriever, q_all.shape[1], dev),
             "bytes_per_event": b["bytes_per_event"], "bytes_per_edge": b["bytes_per_edge"],
             "bytes_per_entity": b["entity_bytes"] / max(len(self.store.entities), 1),
             "memory_measured_as": "torch.cuda.memory_allocated deltas" if dev.type == "cuda" else "RSS deltas",
