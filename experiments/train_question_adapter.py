@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from machine import machine  # experiments/machine.py
+from report import ABLATIONS as REPORT_ABLATIONS  # experiments/report.py
 from train_rerank import recall, scored_questions, summary  # experiments/train_rerank.py
 
 from magma_torch.config.resolve import memory_config, settings
@@ -55,8 +56,8 @@ def dense_recall(events, questions, evidence, weight: torch.Tensor | None) -> di
     return {k: [float((rank[b, ev] < k).all()) for b, ev in enumerate(evidence) if ev] for k in DENSE_K}
 
 
-ABLATIONS = ("magma_no_traversal", "magma_no_beam", "magma_no_episode", "magma_no_entity", "magma_no_causal",
-             "magma_no_policy", "magma_no_temporal", "magma_no_context")
+# the table4 ablations, less the one that removes the map itself
+ABLATIONS = tuple(a for a in REPORT_ABLATIONS if a != "magma_no_adapter") + ("magma_no_context",)
 
 
 def held_out(emb, intent, rc, memories, maps: dict[str, Path]) -> dict:
