@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from magma_torch import MagmaMemory
+from magma_torch import MagmaError, MagmaMemory
 from magma_torch.query.adapter import BUNDLED, QuestionAdapter, fit
 from magma_torch.text.embedder import Embedder
 
@@ -72,14 +72,14 @@ def test_save_load_round_trip(tmp_path):
 
 
 def test_bad_files_name_the_setting(tmp_path):
-    with pytest.raises(FileNotFoundError, match="retrieval.question_adapter"):
+    with pytest.raises(MagmaError, match="retrieval.question_adapter: no file"):
         QuestionAdapter.load(str(tmp_path / "missing.safetensors"))
     from safetensors.torch import save_file
 
     save_file({"other": torch.eye(3)}, str(tmp_path / "x.safetensors"))
-    with pytest.raises(ValueError, match="no 'weight'"):
+    with pytest.raises(MagmaError, match="no 'weight'"):
         QuestionAdapter.load(str(tmp_path / "x.safetensors"))
-    with pytest.raises(ValueError, match=r"square \[d, d\]"):
+    with pytest.raises(MagmaError, match=r"square \[d, d\]"):
         QuestionAdapter(torch.zeros(3, 4))
 
 
@@ -127,7 +127,7 @@ def test_default_memory_uses_the_bundled_map_and_baselines_do_not(emb):
 
 def test_a_map_for_another_embedder_fails_at_construction(emb, tmp_path):
     QuestionAdapter(torch.eye(8)).save(tmp_path / "a8.safetensors")
-    with pytest.raises(ValueError, match="8-d questions, the embedder gives 384-d"):
+    with pytest.raises(MagmaError, match="8-d questions, the embedder gives 384-d"):
         MagmaMemory({"retrieval": {"question_adapter": str(tmp_path / "a8.safetensors")}}, "none", device="cpu",
                     embedder=emb)
 
@@ -136,5 +136,5 @@ def test_a_map_for_another_embedder_fails_at_construction(emb, tmp_path):
     from magma_torch.query.retriever import Retriever
     from magma_torch.config.schema import RetrievalConfig
 
-    with pytest.raises(ValueError, match="fitted for the bundled all-MiniLM-L6-v2"):
+    with pytest.raises(MagmaError, match="fitted for the bundled all-MiniLM-L6-v2"):
         Retriever(Other(), None, RetrievalConfig())

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from magma_torch.config.resolve import ConfigError
 from magma_torch.text.embedder import bundled_model_path
 
 BUNDLED = "bundled"                     # retrieval.question_adapter: the map shipped in the package
@@ -31,7 +32,8 @@ class QuestionAdapter:
 
     def __init__(self, weight: torch.Tensor, meta: dict | None = None, source: str = "<memory>"):
         if weight.dim() != 2 or weight.shape[0] != weight.shape[1]:
-            raise ValueError(f"question adapter {source}: weight must be square [d, d], got {list(weight.shape)}")
+            raise ConfigError(f"retrieval.question_adapter {source}: weight must be square [d, d], "
+                              f"got {list(weight.shape)}")
         self.weight, self.meta, self.source = weight.float(), meta or {}, source
 
     @classmethod
@@ -47,10 +49,10 @@ class QuestionAdapter:
         from safetensors.torch import load_file  # lazy: only loading weights needs it
 
         if not path.is_file():
-            raise FileNotFoundError(f"retrieval.question_adapter: no file {path}")
+            raise ConfigError(f"retrieval.question_adapter: no file {path}")
         tensors = load_file(str(path))
         if "weight" not in tensors:
-            raise ValueError(f"retrieval.question_adapter: {path} holds no 'weight' tensor")
+            raise ConfigError(f"retrieval.question_adapter: {path} holds no 'weight' tensor")
         sidecar = path.with_suffix(".json")
         meta = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
         return cls(tensors["weight"], meta, str(path))
@@ -71,11 +73,11 @@ class QuestionAdapter:
         bundled map the bundled model (a map of another model's space reorders nothing sensibly)."""
         dim = getattr(embedder, "dim", self.dim)
         if dim != self.dim:
-            raise ValueError(f"retrieval.question_adapter {self.source} maps {self.dim}-d questions, the embedder "
+            raise ConfigError(f"retrieval.question_adapter {self.source} maps {self.dim}-d questions, the embedder "
                              f"gives {dim}-d ones; set it to null or fit one for this embedder")
         fitted_for, model = self.meta.get("embedder_path"), getattr(embedder, "model_path", None)
         if fitted_for == BUNDLED_EMBEDDER and model is not None and model != bundled_model_path():
-            raise ValueError(f"retrieval.question_adapter {self.source} is fitted for the bundled all-MiniLM-L6-v2, "
+            raise ConfigError(f"retrieval.question_adapter {self.source} is fitted for the bundled all-MiniLM-L6-v2, "
                              f"the embedder is {model}; set it to null or fit one for this embedder")
 
     def __call__(self, q: torch.Tensor) -> torch.Tensor:
