@@ -192,13 +192,7 @@ def _question_embedding_ms(device: torch.device, runs: int = 30) -> float | None
     except ImportError:
         return None
     question = "What did Caroline say about the charity race she ran last Saturday?"
-    embedder.encode([question])
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        embedder.encode([question])
-        times.append((time.perf_counter() - t) * 1000)
-    return _percentile(times, 50)
+    return _p50_call_ms(lambda: embedder.encode([question]), device, runs)
 
 
 def _question_adapter_ms(retriever: Retriever, dim: int, device: torch.device, runs: int = 30) -> float | None:
@@ -208,11 +202,16 @@ def _question_adapter_ms(retriever: Retriever, dim: int, device: torch.device, r
     if adapter is None or adapter.dim != dim:
         return None
     q = torch.nn.functional.normalize(torch.randn(1, dim, device=device), dim=1)
-    adapter(q)
+    return _p50_call_ms(lambda: adapter(q), device, runs)
+
+
+def _p50_call_ms(call, device: torch.device, runs: int) -> float:
+    """p50 in ms of ``call()`` over ``runs`` timed calls, after one untimed warm-up call."""
+    call()
     times = []
     for _ in range(runs):
         t = time.perf_counter()
-        adapter(q)
+        call()
         _sync(device)
         times.append((time.perf_counter() - t) * 1000)
     return _percentile(times, 50)

@@ -74,11 +74,11 @@ class QuestionAdapter:
         dim = getattr(embedder, "dim", self.dim)
         if dim != self.dim:
             raise ConfigError(f"retrieval.question_adapter {self.source} maps {self.dim}-d questions, the embedder "
-                             f"gives {dim}-d ones; set it to null or fit one for this embedder")
+                              f"gives {dim}-d ones; set it to null or fit one for this embedder")
         fitted_for, model = self.meta.get("embedder_path"), getattr(embedder, "model_path", None)
         if fitted_for == BUNDLED_EMBEDDER and model is not None and model != bundled_model_path():
             raise ConfigError(f"retrieval.question_adapter {self.source} is fitted for the bundled all-MiniLM-L6-v2, "
-                             f"the embedder is {model}; set it to null or fit one for this embedder")
+                              f"the embedder is {model}; set it to null or fit one for this embedder")
 
     def __call__(self, q: torch.Tensor) -> torch.Tensor:
         if self.weight.device != q.device:     # moved once, not per batch
