@@ -119,6 +119,9 @@ def test_context_groups_events_under_one_dated_header_per_episode(emb):
     ("fast_path.episodes.max_gap", 3.0, "memory.fast_path.episodes.max_gap: Key 'max_gap' not in 'EpisodeConfig'"),
     ("retrieval.intent_weights.WHY.episodes", 1.0,
      "memory.retrieval.intent_weights.WHY.episodes: Key 'episodes' not in 'RelationWeights'"),
+    ("retrieval.entity.min_cosine", 0.5, "memory.retrieval.entity.min_cosine: Key 'min_cosine' not in 'EntitySignalConfig'"),
+    ("retrieval.signal_weights.entities", 1.0,
+     "memory.retrieval.signal_weights.entities: Key 'entities' not in 'SignalWeights'"),
 ])
 def test_unknown_episode_setting_or_relation_fails_in_one_line(emb, key, value, named):
     cfg = load_group("memory", "magma")

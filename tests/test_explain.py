@@ -212,7 +212,7 @@ def test_explain_keeps_paths_back_to_their_anchor():
 def test_only_the_memorys_fused_signals_are_reported():
     cfg = RetrievalConfig(signal_weights=SignalWeights(**{**{s: 1.0 for s in SIGNALS}, "time": 0.0}),
                           signal_top_k=SignalTopK(**{**{s: 20 for s in SIGNALS}, "keyword_context": 0}))
-    assert cfg.active_signals == ("vector", "keyword", "vector_context", "episode", "speaker")
+    assert cfg.active_signals == ("vector", "keyword", "vector_context", "episode", "speaker", "entity")
     anchors = [Anchor(0, 0.03, {"vector": 2, "keyword": 1})]
     r = Retrieval("q", "WHY", None, anchors, [_node(0)], [], "ctx", 1, [0], 1.0)
     text = format_text(explain(r, top=5, expansions=0, signals=("vector", "keyword")))

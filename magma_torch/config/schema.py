@@ -63,7 +63,7 @@ class SlowPathConfig:
 
 
 # ---- retrieval ----
-SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode", "speaker")
+SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode", "speaker", "entity")
 RELATIONS = ("temporal", "semantic", "causal", "entity", "episode")  # the relations the beam search walks
 INTENT_ROWS = ("WHY", "WHEN", "ENTITY", "uniform")
 
@@ -73,7 +73,8 @@ class SignalWeights:
     """RRF weight of each ranking fused into anchors (0: not fused). *_context rank an event by its
     temporal-context view (the event with its chain neighbours within context.hops, query/anchors.py);
     episode: events of the question's best-matching episodes (retrieval.episode); speaker: the dense
-    ranking restricted to what the speakers a question names said (speakers are event attributes)."""
+    ranking restricted to what the speakers a question names said (speakers are event attributes);
+    entity: events that mention the entities nearest what a question asks about (retrieval.entity)."""
     vector: float = 1.0
     keyword: float = 1.0
     time: float = 1.0
@@ -83,6 +84,7 @@ class SignalWeights:
     # through the beam's episode hops.
     episode: float = 0.0
     speaker: float = 0.5
+    entity: float = 1.0
 
 
 @dataclass
@@ -96,6 +98,7 @@ class SignalTopK:
     keyword_context: int = 1000
     episode: int = 100
     speaker: int = 1000
+    entity: int = 100
 
 
 @dataclass
@@ -135,6 +138,43 @@ class EpisodeSignalConfig:
     weight: float = 1.0
 
 
+def alternation(words: list[str]) -> str:
+    """A regex alternation of ``words`` as literals, longest first (so "kinds of" wins over "kind of")."""
+    return "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True))
+
+
+WH_WORDS = ["what", "which"]
+KIND_WORDS = ["kind of", "kinds of", "type of", "types of", "sort of", "sorts of"]
+AUXILIARIES = ["does", "do", "did", "has", "have", "had", "is", "are", "was", "were", "can", "could", "would",
+               "will", "should", "might"]
+
+
+@dataclass
+class EntitySignalConfig:
+    """The entity ranking (query/anchors.py entity_ranking): a question that asks "what/which X
+    <auxiliary> ..." asks for instances of X ("Which instruments does Melanie play?": violin,
+    clarinet). The ``top`` entity nodes whose name embeddings are nearest X, at a cosine of at least
+    ``min_cos``, lead to the events that mention them, each scored cos(q, event) + ``weight`` *
+    cos(X, entity); with ``named_speakers_only``, only events said by a speaker the question names
+    (when it names one). X is the words between a wh-word and the first auxiliary, less a leading
+    kind word ("what kind of interests do ..." -> "interests")."""
+    top: int = 20
+    min_cos: float = 0.5
+    weight: float = 1.0
+    named_speakers_only: bool = True
+    wh_words: list[str] = field(default_factory=lambda: list(WH_WORDS))
+    kind_words: list[str] = field(default_factory=lambda: list(KIND_WORDS))
+    auxiliaries: list[str] = field(default_factory=lambda: list(AUXILIARIES))
+
+    def asked_pattern(self) -> re.Pattern | None:
+        """The pattern whose group 1 is X; None when a list is empty (the ranking is then empty)."""
+        if not (self.wh_words and self.auxiliaries):
+            return None
+        kind = rf"(?:(?:{alternation(self.kind_words)})\s+)?" if self.kind_words else ""
+        return re.compile(rf"^\W*(?:{alternation(self.wh_words)})\s+{kind}(.+?)\s+(?:{alternation(self.auxiliaries)})\b",
+                          re.I)
+
+
 @dataclass
 class BeamConfig:
     """The beam search's transition score s_uv = exp(lambda1 * w[T_q, r] + lambda2 * cos(v, q))."""
@@ -158,29 +198,31 @@ class RerankWeights:
     fitted on the LoCoMo dev split by experiments/train_rerank.py, which writes
     experiments/results/rerank/locomo_dev.json; tests/test_rerank.py checks these equal it.
     Only the order they give matters (no intercept, and a positive scale changes nothing)."""
-    rank_vector: float = -1.258133
-    rank_keyword: float = -0.124727
-    rank_time: float = -0.191123
-    rank_vector_context: float = -0.837966
-    rank_keyword_context: float = 0.434512
+    rank_vector: float = -1.416175
+    rank_keyword: float = 0.371832
+    rank_time: float = 0.278218
+    rank_vector_context: float = -0.326454
+    rank_keyword_context: float = 0.909759
     rank_episode: float = 0.0
-    rank_speaker: float = -0.357828
+    rank_speaker: float = 0.320889
+    rank_entity: float = -1.694001
     in_vector: float = 0.0
-    in_keyword: float = -1.404911
-    in_time: float = 0.497423
-    in_vector_context: float = 0.4248
-    in_keyword_context: float = -1.750364
+    in_keyword: float = -0.83801
+    in_time: float = 0.328774
+    in_vector_context: float = -0.017911
+    in_keyword_context: float = -1.068641
     in_episode: float = 0.0
-    in_speaker: float = 1.867515
-    fused: float = 6.183696
-    cosine: float = 2.017025
-    position: float = -0.452534
-    length: float = 1.500714
-    support_temporal: float = 4.985167
-    support_semantic: float = -0.030002
-    support_causal: float = 2.924445
-    support_entity: float = 0.182568
-    support_episode: float = 0.286129
+    in_speaker: float = 1.479584
+    in_entity: float = 1.861284
+    fused: float = 3.698877
+    cosine: float = 2.908409
+    position: float = -0.514546
+    length: float = 1.471346
+    support_temporal: float = 5.132812
+    support_semantic: float = 0.012904
+    support_causal: float = 2.803946
+    support_entity: float = -0.344517
+    support_episode: float = 0.426011
 
 
 @dataclass
@@ -224,8 +266,7 @@ class SupersessionConfig:
     def past_pattern(self) -> re.Pattern | None:
         if not self.past_cues:
             return None
-        alt = "|".join(re.escape(c) for c in sorted(set(self.past_cues), key=len, reverse=True))
-        return re.compile(rf"\b(?:{alt})\b", re.I)
+        return re.compile(rf"\b(?:{alternation(self.past_cues)})\b", re.I)
 
 
 @dataclass
@@ -236,6 +277,7 @@ class RetrievalConfig:
     signal_top_k: SignalTopK = field(default_factory=SignalTopK)
     context: ContextConfig = field(default_factory=ContextConfig)
     episode: EpisodeSignalConfig = field(default_factory=EpisodeSignalConfig)
+    entity: EntitySignalConfig = field(default_factory=EntitySignalConfig)
     anchor_k: int = 50                # anchors handed to the beam search; each starts at the best transition score times its RRF / best RRF
     use_intent: bool = True           # False: the `uniform` row of intent_weights for every intent (ablation)
     intent_weights: IntentWeights = field(default_factory=IntentWeights)

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from magma_torch.config.schema import ContextConfig, EpisodeSignalConfig
+from magma_torch.config.schema import ContextConfig, EntitySignalConfig, EpisodeSignalConfig
 from magma_torch.query.kernel import compiled
-from magma_torch.query.segment import rank_in_group, top_in_group
+from magma_torch.query.segment import first_in_group, lexsort, rank_in_group, top_in_group
 from magma_torch.query.similarity import Similarity
 
 
@@ -149,14 +149,20 @@ def speakers_named(question: str, names: list[str]) -> list[int]:
     return out
 
 
+def _named_matrix(named: list[list[int]], device: torch.device) -> torch.Tensor:
+    """[B, most named] speaker ids of each question, -2 padded (no speaker id is negative)."""
+    wanted = torch.full((len(named), max(map(len, named), default=0) or 1), -2, dtype=torch.long)
+    for b, ids in enumerate(named):
+        wanted[b, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return wanted.to(device)
+
+
 def speaker_ranking(dense: torch.Tensor, named: list[list[int]], speaker_of: torch.Tensor, top: int) -> torch.Tensor:
     """The dense ranking [B, K] restricted to events said by a speaker their question names
     (speakers are event attributes, not entity nodes); [B, top], all -1 where none is named."""
-    wanted = torch.full((dense.shape[0], max(map(len, named), default=0) or 1), -2, dtype=torch.long)
-    for b, ids in enumerate(named):
-        wanted[b, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    wanted = _named_matrix(named, dense.device)
     said_by = speaker_of.to(dense.device)[dense.clamp(min=0)]
-    inside = (said_by[:, :, None] == wanted.to(dense.device)[:, None, :]).any(-1) & (dense >= 0)
+    inside = (said_by[:, :, None] == wanted[:, None, :]).any(-1) & (dense >= 0)
     return keep_inside(dense, inside)[:, :top]
 
 
@@ -176,6 +182,49 @@ def episode_ranking(episode_embeddings: torch.Tensor, episode_event, sim: Simila
     seg, event = seg[keep], event[keep]
     row = seg // e
     score = sim.pairs(row, event).double() + cfg.weight * best_cos.reshape(-1)[seg].double()
+    perm = top_in_group(row, score, top, b_size)
+    row, event = row[perm], event[perm]
+    out[row, rank_in_group(row)] = event
+    return out
+
+
+def asked_phrase(question: str, pattern: re.Pattern | None) -> str | None:
+    """What a "what/which X <auxiliary> ..." question asks for instances of (X), or None
+    (``EntitySignalConfig.asked_pattern``)."""
+    m = None if pattern is None else pattern.match(question)
+    return m.group(1).strip() if m else None
+
+
+def entity_ranking(entity_embeddings: torch.Tensor, entity_event, phrases: torch.Tensor, asks: torch.Tensor,
+                   sim: Similarity, n: int, cfg: EntitySignalConfig, top: int,
+                   named: list[list[int]] | None = None, speaker_of: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, top] event ids (-1 padded) ranked by the entity signal: the events that mention one of
+    the ``cfg.top`` entities nearest the question's asked-for phrase (``phrases`` [B, d], unit; a
+    row counts only where ``asks``), at a cosine of at least ``cfg.min_cos``, each scored
+    cos(q, event) + ``cfg.weight`` * the cosine of its best such entity. ``entity_event`` is the
+    graph's entity -> event view; with ``named`` (speaker ids per question) and ``speaker_of``,
+    a question that names speakers keeps only the events they said."""
+    b_size, device = sim.batch_size, sim.queries.device
+    out = torch.full((b_size, top), -1, dtype=torch.long, device=device)
+    t = min(cfg.top, entity_embeddings.shape[0])
+    if t == 0 or top == 0 or not bool(asks.any()):
+        return out
+    best_cos, best = torch.topk(phrases.to(device).float() @ entity_embeddings.to(device).float().T, t, dim=1)
+    near = ((best_cos >= cfg.min_cos) & asks.to(device)[:, None]).reshape(-1)
+    seg, event, _ = entity_event.gather(best.reshape(-1))
+    row = seg // t
+    keep = near[seg] & (event < n)
+    if named is not None and speaker_of is not None:
+        wanted = _named_matrix(named, device)
+        said = speaker_of.to(device)[event.clamp(max=max(n - 1, 0))]
+        keep &= (wanted[row] == said[:, None]).any(1) | (wanted[row, 0] == -2)
+    seg, event, row = seg[keep], event[keep], row[keep]
+    score = sim.pairs(row, event).double() + cfg.weight * best_cos.reshape(-1)[seg].double()
+    # an event reached through several entities counts once, at its best score
+    key = row * n + event
+    order = lexsort((key, False), (score, True))
+    first = order[first_in_group(key[order])]
+    row, event, score = row[first], event[first], score[first]
     perm = top_in_group(row, score, top, b_size)
     row, event = row[perm], event[perm]
     out[row, rank_in_group(row)] = event

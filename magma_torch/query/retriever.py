@@ -19,8 +19,9 @@ import torch
 
 from magma_torch.config.schema import SIGNALS, RetrievalConfig
 from magma_torch.query.adapter import QuestionAdapter
-from magma_torch.query.anchors import (Anchors, context_candidates, context_scores, episode_ranking, inside_windows,
-                                       keep_inside, rrf_fuse, speaker_ranking, speakers_named, time_ranking)
+from magma_torch.query.anchors import (Anchors, asked_phrase, context_candidates, context_scores, entity_ranking,
+                                       episode_ranking, inside_windows, keep_inside, rrf_fuse, speaker_ranking,
+                                       speakers_named, time_ranking)
 from magma_torch.query.beam import BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.kernel import resolve_kernel, search_kernel
@@ -91,6 +92,7 @@ class Retriever:
         self.weights = relation_weights(cfg.intent_rows(INTENTS), INTENTS)
         self.dtype = getattr(torch, cfg.score_dtype)
         self.past = cfg.supersession.past_pattern()
+        self.asked = cfg.entity.asked_pattern()
         if cfg.mode not in ("graph", "full_context"):
             raise ValueError(f"unknown retrieval mode {cfg.mode!r}; options: ['graph', 'full_context']")
         self.kernel = resolve_kernel(cfg.kernel)   # a bad or uninstalled kernel fails here, not mid-query
@@ -205,9 +207,9 @@ class Retriever:
         k = {s: getattr(cfg.signal_top_k, s) for s in SIGNALS}
         ctx = cfg.context
         n_cand = ctx.candidates if on["vector_context"] or on["keyword_context"] else 0
-        if questions is None and (on["keyword"] or on["keyword_context"] or on["speaker"]):
-            raise ValueError("the keyword and speaker signals need question texts; set retrieval.signal_weights."
-                             "keyword, keyword_context and speaker to 0 to rank embeddings alone")
+        if questions is None and (on["keyword"] or on["keyword_context"] or on["speaker"] or on["entity"]):
+            raise ValueError("the keyword, speaker and entity signals need question texts; set retrieval.signal_weights."
+                             "keyword, keyword_context, speaker and entity to 0 to rank embeddings alone")
         empty = torch.zeros((sim.batch_size, 0), dtype=torch.long, device=dev)
         need = max(k["vector"], n_cand, k["speaker"] if on["speaker"] else 0)
         dense = sim.top_k(need) if on["vector"] or n_cand or on["speaker"] else empty
@@ -216,10 +218,14 @@ class Retriever:
         kw_top = torch.from_numpy(snap.keyword_index.top_k(kw_scores.cpu().numpy(), max(k["keyword"], n_cand))).to(
             dev) if kw_scores is not None else empty
         ranked = {"vector": dense[:, : k["vector"]], "keyword": kw_top[:, : k["keyword"]], "time": empty,
-                  "vector_context": empty, "keyword_context": empty, "episode": empty, "speaker": empty}
+                  "vector_context": empty, "keyword_context": empty, "episode": empty, "speaker": empty,
+                  "entity": empty}
+        named = [speakers_named(text, snap.speaker_names) for text in questions] if (
+            on["speaker"] or on["entity"]) else None
         if on["speaker"]:
-            named = [speakers_named(text, snap.speaker_names) for text in questions]
             ranked["speaker"] = speaker_ranking(dense, named, snap.speaker_of, k["speaker"])
+        if on["entity"]:
+            ranked["entity"] = self.entity_ranking(snap, sim, questions, named, k["entity"])
         if on["episode"]:
             ranked["episode"] = episode_ranking(snap.episode_embeddings().to(dev), snap.graph.episode_event, sim, n,
                                                 cfg.episode, k["episode"])
@@ -239,6 +245,20 @@ class Retriever:
         weights = [getattr(cfg.signal_weights, s) if on[s] else 0.0 for s in SIGNALS]
         top = max(cfg.anchor_k, cfg.rerank.pool)    # pool 0: no re-ranking, anchor_k
         return rrf_fuse([ranked[s] for s in SIGNALS], weights, cfg.rrf_k, top, max(n, 1), self.kernel)
+
+    def entity_ranking(self, snap: StoreSnapshot, sim: Similarity, questions: list[str],
+                       named: list[list[int]], top: int) -> torch.Tensor:
+        """The entity signal's [B, top] ranking (query/anchors.py entity_ranking); the asked-for
+        phrases are embedded here, one batch for the questions that have one."""
+        ecfg, dev = self.cfg.entity, sim.queries.device
+        phrases = [asked_phrase(text, self.asked) for text in questions]
+        asks = torch.tensor([p is not None for p in phrases], dtype=torch.bool, device=dev)
+        vectors = torch.zeros((len(questions), snap.embeddings.shape[1]), device=dev)
+        if bool(asks.any()) and snap.num_entities:
+            vectors[asks] = self.embedder.encode([p for p in phrases if p is not None]).to(dev).float()
+        entities = torch.nn.functional.normalize(snap.entity_embeddings.float(), dim=1)   # imported ones may not be unit
+        return entity_ranking(entities, snap.graph.entity_event, vectors, asks, sim, snap.num_events, ecfg, top,
+                              named if ecfg.named_speakers_only else None, snap.speaker_of)
 
     def start_scores(self, sim: Similarity, anchors: Anchors) -> torch.Tensor:
         """The beam's start score of each anchor, on the scale of the transitions it competes

@@ -36,6 +36,7 @@ class StoreSnapshot:
     graph: GraphSnapshot
     rows: list[EventRow]              # the shared append-only list; read only [:num_events]
     entity_names: list[str]
+    entity_embeddings: torch.Tensor   # [num_entities, d] embeddings of the entity names
     vector_index: VectorIndex
     keyword_index: KeywordIndex
     causal_edges: tuple[torch.Tensor, torch.Tensor]
@@ -98,6 +99,7 @@ class MemoryStore:
                                  self.events.timestamps.data, self.events.date_spans.data,
                                  self.events.prev.data, self.events.chain_dots.data, self.events.next.data,
                                  self.graph.snapshot(n, m, p), self.events.rows, self.entities.names,
+                                 self.entities.embeddings.data,
                                  self.vector_index, self.keyword_index, (s, d), self.events.episode.data,
                                  self.events.speaker.data, self.events.speaker_names, self.episodes.first.data,
                                  self.episodes.sums.data, self.episode_keywords, self.events.ids, (later, earlier),
