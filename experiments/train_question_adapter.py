@@ -8,11 +8,13 @@ Each conversation becomes a memory (magma, heuristic consolidation, as `magma-ru
 builds it). Each question of categories 1-4 with evidence gives its embedding and the rows of its
 evidence turns, read here, offline; the query path reads only the fitted map. Before the final
 fit on every conversation, each conversation is held out in turn: the map is fitted on the others,
-and the held-out questions are ranked by cosine alone (recall_all@k of the dense ranking) and run
-through the whole query process of ``--memory`` and of each ``--ablations`` memory with that map,
-next to the same questions without one. Those held-out figures are what ``cross_validation``
-reports: the map fitted on all five conversations and run on them (magma-run on the dev split)
-ranks questions it was fitted on, so only these estimate what it does on new conversations.
+and so is the anchor re-ranker (experiments/train_rerank.py's fit, on ``--memory``'s candidates),
+as a new conversation meets both fitted on dev. The held-out questions are ranked by cosine alone
+(recall_all@k of the dense ranking) and run through the whole query process of ``--memory`` and
+of each ``--ablations`` memory with that map and those weights, next to the same questions with
+those weights and no map. Those held-out figures are what ``cross_validation`` reports: the map
+and the weights fitted on all five conversations and run on them (magma-run on the dev split)
+rank questions they were fitted on, so only these estimate what they do on new conversations.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ import numpy as np
 import torch
 from machine import machine  # experiments/machine.py
 from report import ABLATIONS as REPORT_ABLATIONS  # experiments/report.py
-from train_rerank import recall, scored_questions, summary  # experiments/train_rerank.py
+from train_rerank import fit as fit_rerank  # experiments/train_rerank.py
+from train_rerank import pool_features, recall, scored_questions, summary
 
 from magma_torch.config.resolve import memory_config, settings
 from magma_torch.eval.datasets import load_dataset
@@ -34,6 +37,7 @@ from magma_torch.eval.runner import records
 from magma_torch.memory import MagmaMemory
 from magma_torch.query.adapter import BUNDLED_EMBEDDER, QuestionAdapter, fit
 from magma_torch.query.intent import IntentClassifier
+from magma_torch.query.rerank import with_weights
 from magma_torch.query.retriever import Retriever
 from magma_torch.text.embedder import Embedder
 
@@ -60,13 +64,15 @@ def dense_recall(events, questions, evidence, weight: torch.Tensor | None) -> di
 ABLATIONS = tuple(a for a in REPORT_ABLATIONS if a != "magma_no_adapter") + ("magma_no_context",)
 
 
-def held_out(emb, intent, rc, memories, maps: dict[str, Path]) -> dict:
-    """The whole query process of ``rc`` on each conversation, without a map and through the map
-    fitted without that conversation: {"none": summary, "adapter": summary, "folds": ...}."""
+def held_out(emb, intent, rc, memories, maps: dict[str, Path], weights: dict[str, dict[str, float]]) -> dict:
+    """The whole query process of ``rc`` on each conversation with the re-ranker's ``weights``
+    fitted without it, without a map and through the map fitted without it:
+    {"none": summary, "adapter": summary, "folds": ...}."""
     none, adapted, folds = [], [], {}
-    without = Retriever(emb, intent, rc)
     for s, snap in memories:
-        fold = Retriever(emb, intent, dataclasses.replace(rc, question_adapter=str(maps[s.sample_id])))
+        fitted = dataclasses.replace(rc, rerank=with_weights(rc.rerank, weights[s.sample_id]))
+        without = Retriever(emb, intent, fitted)
+        fold = Retriever(emb, intent, dataclasses.replace(fitted, question_adapter=str(maps[s.sample_id])))
         r_fold, r_base = recall(fold, snap, s, int(rc.budget_tokens)), recall(without, snap, s, int(rc.budget_tokens))
         folds[s.sample_id] = {"adapter": summary(r_fold)["overall"], "none": summary(r_base)["overall"]}
         adapted += r_fold
@@ -86,6 +92,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.05, help="of the softmax over a conversation's turns")
     ap.add_argument("--epochs", type=int, default=30, help="passes over the conversations, one Adam step each")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--rerank-C", type=float, default=1.0,
+                    help="the re-ranker's inverse L2 strength, as experiments/train_rerank.py's --C (default: its own)")
     args = ap.parse_args()
     hyper = {"l2": args.l2, "temperature": args.temperature, "epochs": args.epochs, "lr": args.lr}
     mcfg = memory_config(args.memory)
@@ -100,6 +108,11 @@ def main() -> None:
         snap = m.store.snapshot()
         memories.append((s, snap))
         rows[s.sample_id] = training_rows(emb, snap, s)
+    # the re-ranker's candidates and labels, as train_rerank.py reads them: no map, magma's settings
+    candidates = Retriever(emb, intent, settings(mcfg).retrieval)
+    pools = {s.sample_id: pool_features(candidates, snap, s) for s, snap in memories}
+    weights = {sid: fit_rerank([p for other, ps in pools.items() if other != sid for p in ps], args.rerank_C)
+               for sid in pools}
 
     dense_held, dense_base = {k: [] for k in DENSE_K}, {k: [] for k in DENSE_K}
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,18 +129,20 @@ def main() -> None:
         for name in [args.memory, *args.ablations]:
             cfg = memory_config(name)
             cfg.retrieval.question_adapter = None
-            runs[name] = held_out(emb, intent, settings(cfg).retrieval, memories, maps)
+            runs[name] = held_out(emb, intent, settings(cfg).retrieval, memories, maps, weights)
     dense = {name: {f"recall_all@{k}": round(float(np.mean(d[k])), 4) for k in DENSE_K}
              for name, d in (("adapter", dense_held), ("none", dense_base))}
     out = {"command": "python experiments/train_question_adapter.py " + " ".join(
                str(a) for a in [args.data, "--out", args.out] + (["--weights", args.weights] if args.weights else [])
                + (["--memory", args.memory] if args.memory != "magma" else [])
                + (["--ablations", *args.ablations] if tuple(args.ablations) != ABLATIONS else [])
-               + [f"--{k} {v}" for k, v in hyper.items()]),
+               + [f"--{k} {v}" for k, v in hyper.items()]
+               + ([f"--rerank-C {args.rerank_C}"] if args.rerank_C != 1.0 else [])),
            "data": Path(args.data).name, "memory": args.memory, "consolidation": "heuristic", "fit": hyper,
-           "cross_validation": {"method": "leave one conversation out: the map fitted on the other four; the held-out "
-                                          "conversation's questions ranked by cosine alone (dense) and through the "
-                                          "whole query process of each memory (the re-ranker's weights as committed)",
+           "cross_validation": {"method": "leave one conversation out: the map and the re-ranker's weights "
+                                          f"(C={args.rerank_C}) fitted on the other four; the held-out conversation's "
+                                          "questions ranked by cosine alone (dense) and through the whole query "
+                                          "process of each memory",
                                 "dense": dense, "memories": runs},
            "machine": machine()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
