@@ -21,6 +21,8 @@ from magma_torch.text.embedder import Embedder
     ("what video games has Nate played", "video games"),
     ("  What LGBTQ+ events has Caroline attended?", "LGBTQ+ events"),
     ("What is Caroline's relationship status?", None),      # no phrase before the auxiliary
+    ("What does Melanie do to destress?", None),            # "does Melanie" is no X: it opens with one
+    ("What did John have to do?", None),
     ("When did Melanie paint a sunrise?", None),
     ("Melanie plays which instruments?", None),             # the pattern reads a question's start only
 ])

@@ -171,8 +171,9 @@ class EntitySignalConfig:
         if not (self.wh_words and self.auxiliaries):
             return None
         kind = rf"(?:(?:{alternation(self.kind_words)})\s+)?" if self.kind_words else ""
-        return re.compile(rf"^\W*(?:{alternation(self.wh_words)})\s+{kind}(.+?)\s+(?:{alternation(self.auxiliaries)})\b",
-                          re.I)
+        aux = rf"(?:{alternation(self.auxiliaries)})\b"
+        # X never opens with an auxiliary: "what does Melanie do" asks for no X
+        return re.compile(rf"^\W*(?:{alternation(self.wh_words)})\s+{kind}(?!{aux})(.+?)\s+{aux}", re.I)
 
 
 @dataclass
@@ -198,31 +199,31 @@ class RerankWeights:
     fitted on the LoCoMo dev split by experiments/train_rerank.py, which writes
     experiments/results/rerank/locomo_dev.json; tests/test_rerank.py checks these equal it.
     Only the order they give matters (no intercept, and a positive scale changes nothing)."""
-    rank_vector: float = -1.416175
-    rank_keyword: float = 0.371832
-    rank_time: float = 0.278218
-    rank_vector_context: float = -0.326454
-    rank_keyword_context: float = 0.909759
+    rank_vector: float = -1.455527
+    rank_keyword: float = 0.444541
+    rank_time: float = 0.373162
+    rank_vector_context: float = -0.322451
+    rank_keyword_context: float = 0.977432
     rank_episode: float = 0.0
-    rank_speaker: float = 0.320889
-    rank_entity: float = -1.694001
+    rank_speaker: float = 0.47174
+    rank_entity: float = -1.460085
     in_vector: float = 0.0
-    in_keyword: float = -0.83801
-    in_time: float = 0.328774
-    in_vector_context: float = -0.017911
-    in_keyword_context: float = -1.068641
+    in_keyword: float = -0.776236
+    in_time: float = 0.290247
+    in_vector_context: float = -0.108276
+    in_keyword_context: float = -1.02336
     in_episode: float = 0.0
-    in_speaker: float = 1.479584
-    in_entity: float = 1.861284
-    fused: float = 3.698877
-    cosine: float = 2.908409
-    position: float = -0.514546
-    length: float = 1.471346
-    support_temporal: float = 5.132812
-    support_semantic: float = 0.012904
-    support_causal: float = 2.803946
-    support_entity: float = -0.344517
-    support_episode: float = 0.426011
+    in_speaker: float = 1.39899
+    in_entity: float = 1.672559
+    fused: float = 3.48087
+    cosine: float = 2.861678
+    position: float = -0.499915
+    length: float = 1.483411
+    support_temporal: float = 5.177202
+    support_semantic: float = 0.073109
+    support_causal: float = 2.839595
+    support_entity: float = -0.419333
+    support_episode: float = 0.362154
 
 
 @dataclass
