@@ -80,10 +80,11 @@ def test_ablation_removes_one_relation_for_every_intent(removed):
     assert (ablated[:, others] == full[:, others]).all()
     assert getattr(cfg.intent_weights.uniform, removed) == 0      # also when use_intent is off
     # no_temporal also drops the RRF rankings built on the temporal chain, no_episode the episode
-    # ranking; the others keep them
+    # ranking, no_entity the entity ranking; the others keep them
     context_on = {getattr(cfg.signal_weights, s) > 0 for s in ("vector_context", "keyword_context")}
     assert context_on == ({False} if removed == "temporal" else {True})
     assert (cfg.signal_weights.episode > 0) == (removed != "episode" and full_cfg.signal_weights.episode > 0)
+    assert (cfg.signal_weights.entity > 0) == (removed != "entity") and full_cfg.signal_weights.entity > 0
     assert cfg.signal_weights.time == full_cfg.signal_weights.time > 0
 
 
@@ -91,9 +92,10 @@ def test_no_traversal_reads_no_relation_and_no_beam_only_stops_the_beam():
     weights, cfg = relation_matrix("magma_no_traversal")
     full_weights, full = relation_matrix("magma")
     assert cfg.beam.max_depth == 0 and full.beam.max_depth > 0
-    # every relation removed for every intent (so no re-ranker support), and no temporal-context ranking
+    # every relation removed for every intent (so no re-ranker support), no temporal-context ranking
+    # and no entity ranking (entity nodes)
     assert (weights == 0).all() and (full_weights > 0).any()
-    assert set(full.active_signals) - set(cfg.active_signals) == {"vector_context", "keyword_context"}
+    assert set(full.active_signals) - set(cfg.active_signals) == {"vector_context", "keyword_context", "entity"}
     beam_weights, beam = relation_matrix("magma_no_beam")
     assert beam.beam.max_depth == 0 and (beam_weights == full_weights).all()
     assert beam.active_signals == full.active_signals

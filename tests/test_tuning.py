@@ -91,7 +91,7 @@ def test_three_trial_study_records_each_runs_recall(tmp_path):
         assert t.value == metrics["overall"]["recall_all@2000tok"]
         # the trial's sampled parameters are the ones its run folder was configured with
         run_cfg = OmegaConf.load(run / "config.yaml")
-        assert len(t.params) == 30   # every setting of the search space was sampled
+        assert len(t.params) == 33   # every setting of the search space was sampled
         for key, value in t.params.items():
             assert OmegaConf.select(run_cfg, key) == value, (t.number, key)
     best = OmegaConf.load(sweep / "optimization_results.yaml")
