@@ -166,26 +166,39 @@ def speaker_ranking(dense: torch.Tensor, named: list[list[int]], speaker_of: tor
     return keep_inside(dense, inside)[:, :top]
 
 
+def _through_nodes(vectors: torch.Tensor, node_embeddings: torch.Tensor, node_event, nodes: int, n: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The events reached from each row of ``vectors`` [B, d] through its ``nodes`` most similar
+    nodes (``node_embeddings`` [P, d]; ``node_event`` the graph's node -> event view), in the
+    order of the nodes' similarity: (row, event, the node's cosine as float64), events of the
+    snapshot (< ``n``) only."""
+    node_cos = vectors.float() @ node_embeddings.to(vectors.device).float().T             # [B, P]
+    t = min(nodes, node_cos.shape[1])
+    best_cos, best = torch.topk(node_cos, t, dim=1)
+    seg, event, _ = node_event.gather(best.reshape(-1))
+    keep = (event < n).nonzero().squeeze(1)
+    seg, event = seg[keep], event[keep]
+    return seg // t, event, best_cos.reshape(-1)[seg].double()
+
+
+def _ranked(row: torch.Tensor, event: torch.Tensor, score: torch.Tensor, top: int, out: torch.Tensor) -> torch.Tensor:
+    """``out`` [B, top] (-1 filled) holding each row's ``top`` best-scored events, best first; the
+    pairs come grouped by row (ties keep their order)."""
+    perm = top_in_group(row, score, top, out.shape[0])
+    row, event = row[perm], event[perm]
+    out[row, rank_in_group(row)] = event
+    return out
+
+
 def episode_ranking(episode_embeddings: torch.Tensor, episode_event, sim: Similarity, n: int,
                     cfg: EpisodeSignalConfig, top: int) -> torch.Tensor:
     """[B, top] event ids (-1 padded) ranked by the episode signal; ``episode_event`` is the
     graph's episode -> event view."""
-    b_size, device = sim.batch_size, sim.queries.device
-    out = torch.full((b_size, top), -1, dtype=torch.long, device=device)
+    out = torch.full((sim.batch_size, top), -1, dtype=torch.long, device=sim.queries.device)
     if episode_embeddings.shape[0] == 0 or top == 0:
         return out
-    ep_cos = sim.queries.float() @ episode_embeddings.T.float()                  # [B, P]
-    e = min(cfg.top, ep_cos.shape[1])
-    best_cos, best = torch.topk(ep_cos, e, dim=1)
-    seg, event, _ = episode_event.gather(best.reshape(-1))
-    keep = (event < n).nonzero().squeeze(1)
-    seg, event = seg[keep], event[keep]
-    row = seg // e
-    score = sim.pairs(row, event).double() + cfg.weight * best_cos.reshape(-1)[seg].double()
-    perm = top_in_group(row, score, top, b_size)
-    row, event = row[perm], event[perm]
-    out[row, rank_in_group(row)] = event
-    return out
+    row, event, ep_cos = _through_nodes(sim.queries, episode_embeddings, episode_event, cfg.top, n)
+    return _ranked(row, event, sim.pairs(row, event).double() + cfg.weight * ep_cos, top, out)
 
 
 def asked_phrase(question: str, pattern: re.Pattern | None) -> str | None:
@@ -204,31 +217,23 @@ def entity_ranking(entity_embeddings: torch.Tensor, entity_event, phrases: torch
     cos(q, event) + ``cfg.weight`` * the cosine of its best such entity. ``entity_event`` is the
     graph's entity -> event view; with ``named`` (speaker ids per question) and ``speaker_of``,
     a question that names speakers keeps only the events they said."""
-    b_size, device = sim.batch_size, sim.queries.device
-    out = torch.full((b_size, top), -1, dtype=torch.long, device=device)
-    t = min(cfg.top, entity_embeddings.shape[0])
-    if t == 0 or top == 0 or not bool(asks.any()):
+    device = sim.queries.device
+    out = torch.full((sim.batch_size, top), -1, dtype=torch.long, device=device)
+    if entity_embeddings.shape[0] == 0 or top == 0 or not bool(asks.any()):
         return out
-    best_cos, best = torch.topk(phrases.to(device).float() @ entity_embeddings.to(device).float().T, t, dim=1)
-    near = ((best_cos >= cfg.min_cos) & asks.to(device)[:, None]).reshape(-1)
-    seg, event, _ = entity_event.gather(best.reshape(-1))
-    row = seg // t
-    keep = near[seg] & (event < n)
+    row, event, ent_cos = _through_nodes(phrases.to(device), entity_embeddings, entity_event, cfg.top, n)
+    keep = (ent_cos >= cfg.min_cos) & asks.to(device)[row]
     if named is not None and speaker_of is not None:
         wanted = _named_matrix(named, device)
-        said = speaker_of.to(device)[event.clamp(max=max(n - 1, 0))]
+        said = speaker_of.to(device)[event]
         keep &= (wanted[row] == said[:, None]).any(1) | (wanted[row, 0] == -2)
-    seg, event, row = seg[keep], event[keep], row[keep]
-    score = sim.pairs(row, event).double() + cfg.weight * best_cos.reshape(-1)[seg].double()
+    row, event = row[keep], event[keep]
+    score = sim.pairs(row, event).double() + cfg.weight * ent_cos[keep]
     # an event reached through several entities counts once, at its best score
     key = row * n + event
     order = lexsort((key, False), (score, True))
     first = order[first_in_group(key[order])]
-    row, event, score = row[first], event[first], score[first]
-    perm = top_in_group(row, score, top, b_size)
-    row, event = row[perm], event[perm]
-    out[row, rank_in_group(row)] = event
-    return out
+    return _ranked(row[first], event[first], score[first], top, out)
 
 
 def chain_neighbours(ids: torch.Tensor, prev: torch.Tensor, nxt: torch.Tensor, n: int,
