@@ -29,12 +29,10 @@ import torch
 from machine import machine  # experiments/machine.py
 from report import ABLATIONS as REPORT_ABLATIONS  # experiments/report.py
 from train_rerank import fit as fit_rerank  # experiments/train_rerank.py
-from train_rerank import pool_features, recall, scored_questions, summary
+from train_rerank import dev_memories, pool_features, recall, scored_questions, summary
 
 from magma_torch.config.resolve import memory_config, settings
 from magma_torch.eval.datasets import load_dataset
-from magma_torch.eval.runner import records
-from magma_torch.memory import MagmaMemory
 from magma_torch.query.adapter import BUNDLED_EMBEDDER, QuestionAdapter, fit
 from magma_torch.query.intent import IntentClassifier
 from magma_torch.query.rerank import with_weights
@@ -99,15 +97,8 @@ def main() -> None:
     mcfg = memory_config(args.memory)
     mcfg.retrieval.question_adapter = None      # the memories are built and ranked without a map; each fold adds its own
     emb, intent = Embedder(device="cpu"), IntentClassifier.load(device="cpu")
-    samples = list(load_dataset("locomo", args.data))
-    memories, rows = [], {}
-    for s in samples:
-        m = MagmaMemory(mcfg, "heuristic", namespace=s.sample_id, embedder=emb)
-        m.add_many(records(s))
-        m.consolidate()
-        snap = m.store.snapshot()
-        memories.append((s, snap))
-        rows[s.sample_id] = training_rows(emb, snap, s)
+    memories = dev_memories(mcfg, emb, load_dataset("locomo", args.data))
+    rows = {s.sample_id: training_rows(emb, snap, s) for s, snap in memories}
     # the re-ranker's candidates and labels, as train_rerank.py reads them: no map, magma's settings
     candidates = Retriever(emb, intent, settings(mcfg).retrieval)
     pools = {s.sample_id: pool_features(candidates, snap, s) for s, snap in memories}

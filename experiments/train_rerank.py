@@ -46,6 +46,18 @@ def scored_questions(sample):
     return [q for q in sample.questions if q.evidence and not recall_excluded(q)]
 
 
+def dev_memories(cfg, emb: Embedder, samples) -> list[tuple]:
+    """(sample, store snapshot) per conversation: a memory of ``cfg`` with heuristic consolidation,
+    as `magma-run task=retrieval` builds it."""
+    out = []
+    for s in samples:
+        m = MagmaMemory(cfg, "heuristic", namespace=s.sample_id, embedder=emb)
+        m.add_many(records(s))
+        m.consolidate()
+        out.append((s, m.store.snapshot()))
+    return out
+
+
 def pool_features(ret: Retriever, snap, sample) -> list[tuple[np.ndarray, np.ndarray]]:
     """(features [P, F], labels [P]) per scored question of ``sample``."""
     qs = scored_questions(sample)
@@ -117,13 +129,7 @@ def main() -> None:
         rc = dataclasses.replace(rc, rerank=dataclasses.replace(rc.rerank, token_cost=args.token_cost))
     emb = Embedder(device="cpu")
     intent = IntentClassifier.load(device="cpu")
-    samples = list(load_dataset("locomo", args.data))
-    memories = []
-    for s in samples:
-        m = MagmaMemory(cfg, "heuristic", namespace=s.sample_id, embedder=emb)
-        m.add_many(records(s))
-        m.consolidate()
-        memories.append((s, m.store.snapshot()))
+    memories = dev_memories(cfg, emb, load_dataset("locomo", args.data))
     ret = Retriever(emb, intent, rc)
     parts = {s.sample_id: pool_features(ret, snap, s) for s, snap in memories}
 
