@@ -7,8 +7,12 @@ import torch
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
+from magma_torch.config.schema import EpisodeSignalConfig
+from magma_torch.query.anchors import episode_ranking
+from magma_torch.query.similarity import Similarity
 from magma_torch.query.linearize import episode_header
 from magma_torch.store import integrity
+from magma_torch.store.csr import IncrementalCSR
 from magma_torch.text.embedder import Embedder
 from magma_torch.tokens import count_tokens
 
@@ -131,3 +135,25 @@ def test_unknown_episode_setting_or_relation_fails_in_one_line(emb, key, value, 
     with pytest.raises(ValueError) as err:
         MagmaMemory(cfg, "none", device="cpu", embedder=emb)
     assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_episode_ranking_of_a_batch_is_each_questions_own_while_edges_wait_in_the_delta():
+    # A snapshot taken during ingestion holds the newest episode -> event edges in the index's
+    # delta, which gather lists after the main part's: the rows must not interleave.
+    torch.manual_seed(0)
+    events = torch.nn.functional.normalize(torch.randn(12, 8), dim=1)
+    csr = IncrementalCSR(min_merge=4096)
+    relation = torch.zeros(6, dtype=torch.long)
+    csr.add(torch.tensor([0, 0, 0, 1, 1, 1]), torch.tensor([0, 1, 2, 6, 7, 8]), relation)
+    csr.snapshot(2)
+    csr.add(torch.tensor([0, 0, 0, 1, 1, 1]), torch.tensor([3, 4, 5, 9, 10, 11]), relation)
+    view = csr.snapshot(2)
+    assert view.delta_row.numel() == 6
+    episodes = torch.nn.functional.normalize(torch.stack([events[:6].sum(0), events[6:].sum(0)]), dim=1)
+    cfg = EpisodeSignalConfig(top=1)
+    for top in (6, 3):
+        batch = episode_ranking(episodes, view, Similarity(events, None, episodes), 12, cfg, top)
+        alone = [episode_ranking(episodes, view, Similarity(events, None, episodes[b:b + 1]), 12, cfg, top)[0]
+                 for b in range(2)]
+        assert batch.tolist() == [a.tolist() for a in alone]
+        assert set(batch[0].tolist()) <= set(range(6)) and set(batch[1].tolist()) <= set(range(6, 12))

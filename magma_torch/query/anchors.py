@@ -176,7 +176,9 @@ def _through_nodes(vectors: torch.Tensor, node_embeddings: torch.Tensor, node_ev
     t = min(nodes, node_cos.shape[1])
     best_cos, best = torch.topk(node_cos, t, dim=1)
     seg, event, _ = node_event.gather(best.reshape(-1))
+    # gather lists the main index's edges before the pending delta's: back to row, then node order
     keep = (event < n).nonzero().squeeze(1)
+    keep = keep[torch.sort(seg[keep], stable=True).indices]
     seg, event = seg[keep], event[keep]
     return seg // t, event, best_cos.reshape(-1)[seg].double()
 
