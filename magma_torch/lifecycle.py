@@ -19,7 +19,6 @@ from __future__ import annotations
 import numbers
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from datetime import datetime
 
 import torch
 
@@ -70,7 +69,7 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
         src, dst, _ = store.graph.edges("entity")
         rows &= set(src[dst == e].tolist())
     if before is not None:
-        when = fast_path.as_utc(before if isinstance(before, datetime) else parse_timestamp(before)).timestamp()
+        when = fast_path.as_utc(parse_timestamp(before)).timestamp()     # as add stores it: wall clock, offset dropped
         rows = {r for r in rows if ev.rows[r].timestamp < when}
     return sorted(rows)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
 from functools import partial
 from pathlib import Path
 
@@ -288,7 +287,7 @@ class MagmaMemory:
         times = [None] * len(questions) if query_times is None else list(query_times)
         if len(times) != len(questions):
             raise QueryError(f"query_times has {len(times)} entries for {len(questions)} questions")
-        times = [None if t is None else (t if isinstance(t, datetime) else parse_timestamp(t)) for t in times]
+        times = [None if t is None else parse_timestamp(t) for t in times]    # wall clock, as events are stored
         return self.retriever.retrieve_batch(self.store.snapshot(), questions, times, budget_tokens)
 
     def answer(self, question: str, llm: LLM, query_time=None, max_tokens: int = 128,
@@ -301,7 +300,7 @@ class MagmaMemory:
         check_answer_prompt(prompt)
         format_answer("", dates)
         r = self.retrieve(question, query_time)
-        t = query_time if query_time is None or isinstance(query_time, datetime) else parse_timestamp(query_time)
+        t = None if query_time is None else parse_timestamp(query_time)
         g = llm.generate([answer_prompt(question, r.context, r.intent, t, prompt)], max_tokens=max_tokens,
                          temperature=0.0)[0]
         if g.error is not None:

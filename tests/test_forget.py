@@ -172,6 +172,16 @@ def test_forget_selects_by_speaker_entity_and_time(emb):
         mem.check()
 
 
+def test_forget_before_reads_an_offset_as_add_does(emb):
+    # add keeps the speaker's wall clock and drops the offset; so must the cut, however it is given
+    plus5 = timezone(timedelta(hours=5))
+    for cut in (datetime(2023, 1, 1, 13, tzinfo=plus5), "2023-01-01T13:00+05:00"):
+        mem = MagmaMemory(config(), "none", embedder=emb, device="cpu")
+        noon, two = mem.add_many([{"text": "Breakfast at noon.", "timestamp": datetime(2023, 1, 1, 12, tzinfo=plus5)},
+                                  {"text": "Lunch at two.", "timestamp": datetime(2023, 1, 1, 14, tzinfo=plus5)}])
+        assert mem.forget(before=cut).ids == (noon,)
+
+
 def test_forgetting_unknown_ids_names_them_and_changes_nothing(emb, tmp_path):
     with MagmaMemory(config(), "heuristic", store_dir=tmp_path, durable=True, embedder=emb, device="cpu") as mem:
         ids = mem.add_many(demo_records(6))
