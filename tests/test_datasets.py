@@ -145,6 +145,15 @@ def test_image_caption_kept_without_img_url(tmp_path):
     assert s.turns[1].text == "hi there [shares an image: a photo of a cake]"
 
 
+def test_a_repeated_dia_id_keeps_both_turns(tmp_path, caplog):
+    data = _sample()
+    data["conversation"]["session_2"][1]["dia_id"] = "D2:1"      # two different turns named D2:1
+    with caplog.at_level(logging.WARNING):
+        [s] = load_locomo(_write(tmp_path, [data]))
+    assert [t.source_id for t in s.turns] == ["D1:1", "D1:2", "D2:1", "D2:1#2"]
+    assert "repeated dia_ids" in caplog.text and "D2:1" in caplog.text
+
+
 def test_int_answer_becomes_str(tmp_path):
     [s] = load_locomo(_write(tmp_path, [_sample(qa=[_qa(["D1:1"], category=2, answer=2022)])]))
     assert s.questions[0].gold == "2022"

@@ -247,8 +247,26 @@ def test_duplicate_source_id_is_idempotent(mem):
     mem.consolidate()
     before = state(mem)
     assert mem.add("I adopted a puppy.", "2023-05-08 10:00", source_id="D1:1") == first
-    # even with different content or an earlier timestamp
-    assert mem.add("other text", "2020-01-01", source_id="D1:1") == first
+    assert state(mem) == before
+
+
+@pytest.mark.parametrize("other, differ", [
+    ({"text": "other text"}, "text"),
+    ({"timestamp": "2020-01-01"}, "timestamp"),
+    ({"stream": "conv-2", "speaker": "Bob"}, "speaker, stream"),
+])
+def test_a_known_source_id_with_other_content_is_refused(mem, other, differ):
+    """Two turns sharing a source id (two conversations' "D1:1", say) would lose the second in
+    silence: refused, naming the record and what differs, stored data as it was; in a batch too."""
+    mem.add("I adopted a puppy.", "2023-05-08 10:00", source_id="D1:1")
+    mem.consolidate()
+    before = state(mem)
+    turn = {"text": "I adopted a puppy.", "timestamp": "2023-05-08 10:00", "source_id": "D1:1"} | other
+    with pytest.raises(IngestError, match=rf"source_id 'D1:1' is already stored with another {differ} "):
+        mem.add_many([rec("new", "2023-05-09 10:00", source_id="D1:2"), turn])
+    assert state(mem) == before
+    with pytest.raises(IngestError, match=r"record 1.*source_id 'x' is already stored with another text"):
+        mem.add_many([rec("a", "2023-05-09 10:00", source_id="x"), rec("b", "2023-05-09 10:00", source_id="x")])
     assert state(mem) == before
 
 
@@ -257,10 +275,10 @@ def test_duplicate_source_id_within_one_batch(mem):
     mem.add("existing", "2023-05-08 09:00", source_id="old")
     ids = mem.add_many([rec("a", "2023-05-08 10:00", source_id="x"),
                         rec("b", "2023-05-08 10:01", source_id="y"),
-                        rec("a again", "2023-05-08 10:02", source_id="x"),
-                        rec("old again", "2023-05-08 10:03", source_id="old"),
+                        rec("a", "2023-05-08 10:00", source_id="x"),
+                        rec("existing", "2023-05-08 09:00", source_id="old"),
                         rec("c", "2023-05-08 10:04"),
-                        rec("b again", "2023-05-08 10:05", source_id="y")])
+                        rec("b", "2023-05-08 10:01", source_id="y")])
     assert ids == [1, 2, 1, 0, 3, 2]
     assert mem.stats()["events"] == 4
     assert [r.source_id for r in mem.store.events.rows] == ["old", "x", "y", None]
@@ -283,7 +301,7 @@ def test_very_long_text_stored_whole_with_warning(mem, caplog):
     assert "record 2" in warnings[0] and "long-1" in warnings[0] and "truncated" in warnings[0]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="magma_torch.ingest.fast_path"):
-        mem.add_many([rec("dup", "2023-05-08 10:02", source_id="s"), rec(long_text, "2023-05-08 10:03")])
+        mem.add_many([rec("short", "2023-05-08 10:00", source_id="s"), rec(long_text, "2023-05-08 10:03")])
     warnings = [r.getMessage() for r in caplog.records if r.name == "magma_torch.ingest.fast_path"]
     assert len(warnings) == 1 and "record 1" in warnings[0]
 

@@ -65,6 +65,9 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig,
         key = source_id if source_id is not None else content_key(text, epoch, speaker, stream)
         known = store.events.by_source if source_id is not None else store.events.by_content
         if key in known or key in seen:
+            if source_id is not None:
+                held = store.events.rows[known[key]] if key in known else rows[-1 - seen[key]]
+                _check_same_turn(name, source_id, held, content_key(text, epoch, speaker, stream))
             existing.append(known.get(key, seen.get(key)))
             continue
         if stream in last_ts and epoch < last_ts[stream]:
@@ -88,6 +91,16 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig,
         existing.append(None)
         seen[key] = -len(rows)  # placeholder -1 - row index: resolved to a real id after append
     return rows, existing, goes_back
+
+
+def _check_same_turn(name: str, source_id: str, held: EventRow, key: tuple) -> None:
+    """A known source id is the same turn again only with the same text, time, speaker and stream:
+    a different one would be dropped in silence (two conversations sharing turn ids, say)."""
+    differ = [f for f, a, b in zip(("text", "timestamp", "speaker", "stream"),
+                                   content_key(held.text, held.timestamp, held.speaker, held.stream), key) if a != b]
+    if differ:
+        raise IngestError(f"{name}: source_id {source_id!r} is already stored with another {', '.join(differ)} "
+                          f"(stream {held.stream!r}); give each turn its own source_id, or update() the stored one")
 
 
 def checked_text(name: str, text) -> str:

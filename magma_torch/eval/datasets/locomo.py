@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -73,6 +74,7 @@ def _sample(raw: Any, file: str, where: str) -> Sample:
         raw_turns = _field(conv, key, list, file, cwhere)
         for k, t in enumerate(raw_turns):
             turns.append(_turn(t, key, session_time, file, f"{cwhere}.{key}[{k}]"))
+    turns = _distinct_ids(turns, sample_id, file)
 
     known = {t.source_id for t in turns}
     dropped: list[str] = []
@@ -86,6 +88,21 @@ def _sample(raw: Any, file: str, where: str) -> Sample:
             file, sample_id, ", ".join(dict.fromkeys(dropped)),
         )
     return Sample(sample_id=sample_id, turns=tuple(turns), questions=tuple(questions))
+
+
+def _distinct_ids(turns: list[Turn], sample_id: str, file: str) -> list[Turn]:
+    """``turns`` with a repeated dia_id's later turns renamed "<id>#2", "#3", ...: a memory takes a
+    known source id for the same turn again, so they would be lost. Evidence names the first."""
+    seen: dict[str, int] = {}
+    out = []
+    for t in turns:
+        seen[t.source_id] = seen.get(t.source_id, 0) + 1
+        out.append(t if seen[t.source_id] == 1 else replace(t, source_id=f"{t.source_id}#{seen[t.source_id]}"))
+    repeated = [sid for sid, n in seen.items() if n > 1]
+    if repeated:
+        logger.warning("%s: sample %s: repeated dia_ids, later turns renamed <id>#2...: %s",
+                       file, sample_id, ", ".join(repeated))
+    return out
 
 
 def _turn(raw: Any, session_id: str, timestamp: datetime, file: str, where: str) -> Turn:
