@@ -140,14 +140,8 @@ class MagmaMemory:
         """Raise ``IntegrityError`` when the store or the slow-path bookkeeping breaks an
         invariant (see ``magma_torch.store.integrity``)."""
         with self.worker.paused(), self.store.lock:
-            found = integrity.problems(self.store)
-            state = self.worker.state_dict(len(self.store))
-        queue = state["queue"]
-        if len(set(queue)) != len(queue) or not all(0 <= i < len(self.store) for i in queue):
-            found.append(f"slow-path queue holds duplicate or unknown events: {queue[:20]}")
-        pending = {i for i, (s, _) in enumerate(state["status"]) if s == "pending"}
-        if pending != set(queue):
-            found.append(f"pending events {sorted(pending ^ set(queue))[:20]} are not queued, or queued ones not pending")
+            found = integrity.problems(self.store) + _queue_problems(self.worker.state_dict(len(self.store)),
+                                                                     len(self.store))
         if found:
             raise integrity.IntegrityError(f"{len(found)} integrity problem(s): " + "; ".join(found[:20]))
 
@@ -467,7 +461,7 @@ class MagmaMemory:
             if len(mem.store):
                 raise NamespaceNotEmptyError(f"{mem.path}: namespace {mem.namespace!r} holds {len(mem.store)} events; "
                                       "import into a new or empty namespace")
-            mem._restore(saved)
+            mem._restore(saved, verify=True)
             if mem.path is not None:
                 mem.checkpoint()
         except BaseException:
@@ -475,13 +469,33 @@ class MagmaMemory:
             raise
         return mem
 
-    def _restore(self, saved: persistence.SavedStore) -> None:
-        tokens = persistence.load_store(saved, self.store, partial(fast_path.embed_text, cfg=self.fast_cfg))
+    def _restore(self, saved: persistence.SavedStore, verify: bool = False) -> None:
+        """Load ``saved`` into the empty store; with ``verify`` (a save or export from outside,
+        which a hand edit may have broken) its integrity is checked before anything works on it."""
+        try:
+            tokens = persistence.load_store(saved, self.store, partial(fast_path.embed_text, cfg=self.fast_cfg))
+        except IndexError as err:       # a node index out of range: load_store places rows by index
+            raise CorruptSaveError(f"{saved.path}: an index points past its table: {err}") from None
         if len(self.store) and not len(self.store.episodes):  # a save from before episodes
             with self.store.lock:
                 assign_episodes(self.store, range(len(self.store)), self.store.events.embeddings.data,
                                 self.fast_cfg.episodes, tokens)
+        found = (integrity.problems(self.store) + _queue_problems(saved.state["worker"], len(self.store))
+                 if verify else [])
+        if found:
+            raise CorruptSaveError(f"{saved.path}: {len(found)} integrity problem(s): " + "; ".join(found[:5]))
         if self.consolidator is not None:
             self.consolidator.load_state_dict(saved.state["consolidator"])
         # Last: a background worker starts on the queue as soon as it has one.
         self.worker.load_state_dict(saved.state["worker"])
+
+
+def _queue_problems(worker_state: dict, n: int) -> list[str]:
+    """What breaks the slow-path bookkeeping's invariants: every pending event queued once."""
+    queue, out = worker_state["queue"], []
+    if len(set(queue)) != len(queue) or not all(0 <= i < n for i in queue):
+        out.append(f"slow-path queue holds duplicate or unknown events: {queue[:20]}")
+    pending = {i for i, (s, _) in enumerate(worker_state["status"]) if s == "pending"}
+    if pending != set(queue):
+        out.append(f"pending events {sorted(pending ^ set(queue))[:20]} are not queued, or queued ones not pending")
+    return out

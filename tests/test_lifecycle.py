@@ -155,6 +155,55 @@ def test_a_damaged_export_is_named(consolidated, emb, tmp_path, damage):
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
+def _edit_lines(path, edit) -> None:
+    """Apply ``edit`` to the export's lines until one says it made its change."""
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    for obj in lines:
+        if edit(obj):
+            break
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+
+
+def _entity_edge_to_nowhere(o):
+    if o.get("type") == "edges" and o["relation"] == "entity" and o["dst"]:
+        o["dst"][0] = 10**6
+        return True
+
+
+def _second_event_takes_the_first_id(o):
+    if o.get("type") == "event" and o["id"] == 1:
+        o["event_id"] = 0
+        return True
+
+
+def _episode_past_the_table(o):
+    if o.get("type") == "event" and o["id"] == 1:
+        o["episode"] = 10**6
+        return True
+
+
+def _unknown_event_queued(o):
+    if o.get("type") == "slow_path":
+        o["queue"] = [10**6]
+        return True
+
+
+@pytest.mark.parametrize("edit", [_entity_edge_to_nowhere, _second_event_takes_the_first_id,
+                                  _episode_past_the_table, _unknown_event_queued])
+def test_an_export_whose_parts_do_not_hold_together_is_refused(consolidated, emb, tmp_path, edit):
+    # Each line parses; what they say together breaks the store's invariants (a hand edit, say):
+    # refused naming the file, with none of it stored: a sound export imports there afterwards.
+    path, sound, store = tmp_path / "mem.jsonl", tmp_path / "sound.jsonl", tmp_path / "store"
+    consolidated.export_jsonl(path)
+    consolidated.export_jsonl(sound)
+    _edit_lines(path, edit)
+    with pytest.raises(persistence.CorruptSaveError) as err:
+        MagmaMemory.import_jsonl(path, store_dir=store, embedder=emb, device="cpu")
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    with MagmaMemory.import_jsonl(sound, store_dir=store, embedder=emb, device="cpu") as back:
+        assert len(back.store) == len(consolidated.store)
+
+
 # ---- bad input ----
 
 def test_a_far_future_timestamp_is_refused_and_the_stream_stays_open(emb):
