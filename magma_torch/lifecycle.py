@@ -98,12 +98,33 @@ def forget_rows(mem, rows: list[int]) -> Forgotten:
 
 def update_row(mem, row: int, new: EventRow, embedding: torch.Tensor) -> int:
     """Give event ``row`` a revised row and embedding; its semantic, causal and entity edges are
-    derived again (semantic now, the others by the slow path it is queued for again). Returns
-    its row (unchanged: an update keeps the event's place). Same locks as ``forget_rows``."""
-    c = _rebuild(mem, [], {new.stream}, detach=[row], replaced={row: (new, embedding)})
-    fast_path.link_semantic(mem.store, [row], embedding.to(mem.store.device), mem.fast_cfg)
+    derived again (semantic now, the others by the slow path it is queued for again), and so are
+    the semantic edges of the later events whose nearest earlier events it may join or leave.
+    Returns its row (unchanged: an update keeps the event's place). Same locks as ``forget_rows``."""
+    later = _nearer_or_linked(mem.store, row, embedding, mem.fast_cfg)
+    c = _rebuild(mem, [], {new.stream}, detach=[row], replaced={row: (new, embedding)}, unlinked=later)
+    store = mem.store
+    for r in [row, *later]:   # each by itself: the rows need not be consecutive
+        fast_path.link_semantic(store, [r], store.events.embeddings.data[r][None], mem.fast_cfg)
     mem.worker.renumber(c.new_row, requeue=[row])
     return row
+
+
+def _nearer_or_linked(store, row: int, embedding: torch.Tensor, cfg) -> list[int]:
+    """The later rows whose k nearest earlier events may change when ``row`` gets ``embedding``:
+    those linked to it now, and those it comes within reach of (above ``theta_sim`` and at least
+    as close as their farthest neighbour, or they have fewer than k)."""
+    n = len(store)
+    src, dst, weight = (x.cpu() for x in store.graph.edges("semantic"))
+    later = torch.arange(row + 1, n)
+    vectors = store.events.embeddings.data[row + 1:n]
+    scores = (vectors @ embedding.reshape(-1).to(vectors)).float().cpu()
+    linked = torch.zeros(n, dtype=torch.bool)
+    linked[src[dst == row]] = True
+    degree = torch.bincount(src, minlength=n)[later]
+    farthest = torch.full((n,), float("inf")).scatter_reduce(0, src, weight.float(), "amin")[later]
+    reach = (scores > cfg.theta_sim) & ((degree < cfg.semantic_k) | (scores >= farthest))
+    return later[linked[later] | reach].tolist()
 
 
 def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
@@ -126,8 +147,10 @@ def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
 
 
 def _rebuild(mem, drop: list[int], streams: set[str], detach: Iterable[int] = (),
-             replaced: dict[int, tuple[EventRow, torch.Tensor]] | None = None) -> compact.Compacted:
-    """The store without rows ``drop`` and with rows ``replaced``, swapped in (``_apply``)."""
+             replaced: dict[int, tuple[EventRow, torch.Tensor]] | None = None,
+             unlinked: Iterable[int] = ()) -> compact.Compacted:
+    """The store without rows ``drop``, with rows ``replaced`` and without the semantic edges out of
+    rows ``unlinked`` (to be linked again), swapped in (``_apply``)."""
     store = mem.store
     saved, tokens = _captured(mem)
     t = saved.tensors
@@ -137,7 +160,7 @@ def _rebuild(mem, drop: list[int], streams: set[str], detach: Iterable[int] = ()
         t["events.timestamps"][row] = new.timestamp
         t["events.date_spans"][row] = torch.tensor(date_span(new), dtype=torch.float64)
         tokens[row] = store.keyword_index.tokenize([fast_path.embed_text(new, mem.fast_cfg)])[0]
-    c = compact.without(saved, drop, detach)
+    c = compact.relinked(compact.without(saved, drop, detach), "semantic", unlinked, [])
     return _apply(mem, c, tokens, set(drop) | set(replaced or ()), streams)
 
 
