@@ -90,21 +90,40 @@ def forget_rows(mem, rows: list[int]) -> Forgotten:
     ev = mem.store.events
     ids = tuple(sorted(ev.ids[r] for r in rows))
     streams = {ev.rows[r].stream for r in rows}
-    c = _rebuild(mem, rows)
-    _tell_consolidator(mem, c.new_row, set(rows), streams)
+    c = _rebuild(mem, rows, streams)
     mem.worker.renumber(c.new_row)
     return Forgotten(ids, tuple(c.entities), c.episodes)
 
 
 def update_row(mem, row: int, new: EventRow, embedding: torch.Tensor) -> int:
     """Give event ``row`` a revised row and embedding; its semantic, causal and entity edges are
-    derived again (semantic now, the others by the slow path it is queued for again). Returns
-    its row (unchanged: an update keeps the event's place). Same locks as ``forget_rows``."""
-    c = _rebuild(mem, [], detach=[row], replaced={row: (new, embedding)})
-    _tell_consolidator(mem, c.new_row, {row}, {new.stream})
-    fast_path.link_semantic(mem.store, [row], embedding.to(mem.store.device), mem.fast_cfg)
+    derived again (semantic now, the others by the slow path it is queued for again), and so are
+    the semantic edges of the later events whose nearest earlier events it may join or leave.
+    Returns its row (unchanged: an update keeps the event's place). Same locks as ``forget_rows``."""
+    later = _nearer_or_linked(mem.store, row, embedding, mem.fast_cfg)
+    c = _rebuild(mem, [], {new.stream}, detach=[row], replaced={row: (new, embedding)}, unlinked=later)
+    store = mem.store
+    for r in [row, *later]:   # each by itself: the rows need not be consecutive
+        fast_path.link_semantic(store, [r], store.events.embeddings.data[r][None], mem.fast_cfg)
     mem.worker.renumber(c.new_row, requeue=[row])
     return row
+
+
+def _nearer_or_linked(store, row: int, embedding: torch.Tensor, cfg) -> list[int]:
+    """The later rows whose k nearest earlier events may change when ``row`` gets ``embedding``:
+    those linked to it now, and those it comes within reach of (above ``theta_sim`` and at least
+    as close as their farthest neighbour, or they have fewer than k)."""
+    n = len(store)
+    src, dst, weight = (x.cpu() for x in store.graph.edges("semantic"))
+    later = torch.arange(row + 1, n)
+    vectors = store.events.embeddings.data[row + 1:n]
+    scores = (vectors @ embedding.reshape(-1).to(vectors)).float().cpu()
+    linked = torch.zeros(n, dtype=torch.bool)
+    linked[src[dst == row]] = True
+    degree = torch.bincount(src, minlength=n)[later]
+    farthest = torch.full((n,), float("inf")).scatter_reduce(0, src, weight.float(), "amin")[later]
+    reach = (scores > cfg.theta_sim) & ((degree < cfg.semantic_k) | (scores >= farthest))
+    return later[linked[later] | reach].tolist()
 
 
 def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
@@ -117,17 +136,20 @@ def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
     placed = backfill.place(saved.events, saved.tensors["events.episode"].tolist(),
                             saved.tensors["episodes.first"].numel(), batch.rows, mem.fast_cfg.episodes)
     c = compact.inserted(saved, batch.rows, batch.embeddings, ids, placed)
-    _adopt(mem, c, tokens + store.keyword_index.tokenize([fast_path.embed_text(r, mem.fast_cfg) for r in batch.rows]))
+    tokens += store.keyword_index.tokenize([fast_path.embed_text(r, mem.fast_cfg) for r in batch.rows])
+    _apply(mem, c, tokens, set(), {r.stream for r in batch.rows})
     rows = c.new_row[n:]
-    _tell_consolidator(mem, c.new_row, set(), set())
     for r, emb in zip(rows, batch.embeddings.to(store.device)):   # each by itself: the rows need not be consecutive
         fast_path.link_semantic(store, [r], emb[None], mem.fast_cfg)
     mem.worker.renumber(c.new_row, requeue=sorted(rows))
     return rows
 
 
-def _rebuild(mem, drop: list[int], detach: Iterable[int] = (),
-             replaced: dict[int, tuple[EventRow, torch.Tensor]] | None = None) -> compact.Compacted:
+def _rebuild(mem, drop: list[int], streams: set[str], detach: Iterable[int] = (),
+             replaced: dict[int, tuple[EventRow, torch.Tensor]] | None = None,
+             unlinked: Iterable[int] = ()) -> compact.Compacted:
+    """The store without rows ``drop``, with rows ``replaced`` and without the semantic edges out of
+    rows ``unlinked`` (to be linked again), swapped in (``_apply``)."""
     store = mem.store
     saved, tokens = _captured(mem)
     t = saved.tensors
@@ -137,7 +159,15 @@ def _rebuild(mem, drop: list[int], detach: Iterable[int] = (),
         t["events.timestamps"][row] = new.timestamp
         t["events.date_spans"][row] = torch.tensor(date_span(new), dtype=torch.float64)
         tokens[row] = store.keyword_index.tokenize([fast_path.embed_text(new, mem.fast_cfg)])[0]
-    c = compact.without(saved, drop, detach)
+    c = compact.relinked(compact.without(saved, drop, detach), "semantic", unlinked, [])
+    return _apply(mem, c, tokens, set(drop) | set(replaced or ()), streams)
+
+
+def _apply(mem, c: compact.Compacted, tokens: list[list[str]], gone: set[int], streams: set[str]) -> compact.Compacted:
+    """Tell the consolidator what changed, derive the supersessions of ``streams`` again and swap the
+    rebuilt store in; returns the capture adopted."""
+    _tell_consolidator(mem, c, gone, streams if gone else set())   # a backfill removes no text
+    c = _restated(mem, c, streams)
     _adopt(mem, c, tokens)
     return c
 
@@ -159,12 +189,26 @@ def _adopt(mem, c: compact.Compacted, tokens: list[list[str]]) -> None:
     mem.store.adopt(rebuilt)
 
 
-def _tell_consolidator(mem, new_row: list[int], gone: set[int], streams: set[str]) -> None:
+def _tell_consolidator(mem, c: compact.Compacted, gone: set[int], streams: set[str]) -> None:
     """A stateful consolidator drops what it learned from text that is no longer stored (the
     ``gone`` rows' text, of ``streams``)."""
     forget = getattr(mem.consolidator, "forget", None)
     if forget is not None:
-        forget(new_row, gone, {s: [r for r in mem.store.events.rows if r.stream == s] for s in streams})
+        forget(c.new_row, gone, {s: [r for r in c.saved.events if r.stream == s] for s in streams})
+
+
+def _restated(mem, c: compact.Compacted, streams: set[str]) -> compact.Compacted:
+    """A consolidator that tracks facts observes the events of ``streams`` again in time order, so
+    their supersedes edges are those an in-order ingest of the remaining events gives: an update,
+    forget or backfill changes which fact held when (the links of every event, consolidated or
+    still queued, as the worker would keep them)."""
+    restate = getattr(mem.consolidator, "restate_facts", None)
+    if restate is None or not streams:
+        return c
+    rows = [i for i, r in enumerate(c.saved.events) if r.stream in streams]   # each stream in time order
+    found = restate({s: [(i, c.saved.events[i]) for i in rows if c.saved.events[i].stream == s] for s in streams})
+    links = [link for i in sorted(found) for link in found[i][:mem.worker.max_supersedes_per_event]]
+    return compact.relinked(c, "supersedes", rows, [(l.later, l.earlier, l.confidence) for l in links])
 
 
 # ---- write-ahead-log records ----

@@ -226,6 +226,28 @@ def test_update_rederives_the_event(emb):
         mem.check()
 
 
+def semantic_edges(mem) -> set[tuple[int, int]]:
+    """The semantic edges, as (event id, event id)."""
+    src, dst, _ = mem.store.graph.edges("semantic")
+    ids = mem.store.events.ids
+    return {(ids[s], ids[d]) for s, d in zip(src.tolist(), dst.tolist())}
+
+
+@pytest.mark.parametrize("change", ["text", "timestamp"])
+def test_update_gives_the_semantic_edges_of_a_fresh_ingest(emb, change):
+    """Later events' edges to the corrected event are derived again too: after an update the
+    semantic edges are those a fresh memory given the corrected events makes."""
+    recs = [{**r, "timestamp": r["timestamp"] + timedelta(minutes=k)} for k, r in enumerate(demo_records(12))]
+    fix = {"text": recs[9]["text"]} if change == "text" else {"timestamp": recs[4]["timestamp"] + timedelta(seconds=30)}
+    with MagmaMemory(config(), "none", embedder=emb, device="cpu") as mem, \
+            MagmaMemory(config(), "none", embedder=emb, device="cpu") as fresh:
+        ids = mem.add_many(recs)
+        mem.update(ids[4], **fix)
+        fresh.add_many(recs[:4] + [{**recs[4], **fix}] + recs[5:])
+        assert semantic_edges(mem) == semantic_edges(fresh)
+        mem.check()
+
+
 def test_update_is_refused_like_add(emb):
     recs = demo_records(6)
     with MagmaMemory(config(), "none", embedder=emb, device="cpu") as mem:

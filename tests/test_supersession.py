@@ -201,3 +201,56 @@ def test_knowledge_update_questions_put_the_current_fact_first(emb):
     assert s["n"] == 36
     assert s["later_first"] >= 0.9, [r["question_id"] for r in rows if not r["later_first"]]
     assert s["recall_all@2000tok"] == 1.0
+
+
+RESIDENCES = [("I live in Boston.", "2023-01-01"), ("I moved to Denver.", "2023-02-01"),
+              ("I moved to Paris last month.", "2023-03-01"), ("I moved to London now.", "2023-06-01")]
+
+
+def superseded_texts(mem) -> set[tuple[str, str]]:
+    rows = mem.store.events.rows
+    return {(rows[later].text, rows[earlier].text) for later, earlier in supersedes(mem)}
+
+
+def in_order(emb, turns) -> set[tuple[str, str]]:
+    """The supersessions of a fresh memory given ``turns`` (text, timestamp) of Ann in time order."""
+    cfg = load_group("memory", "magma")
+    cfg.slow_path.background = False
+    with MagmaMemory(cfg, device="cpu", embedder=emb) as mem:
+        mem.add_many([{"text": t, "timestamp": ts, "speaker": "Ann"} for t, ts in sorted(turns, key=lambda x: x[1])])
+        mem.consolidate()
+        return superseded_texts(mem)
+
+
+@pytest.mark.parametrize("op", ["update", "forget", "backfill"])
+def test_after_a_lifecycle_operation_the_supersessions_are_those_of_an_in_order_ingest(emb, tmp_path, op):
+    """An update, forget or backfill changes which fact held when: the supersedes edges are then
+    those a fresh memory given the remaining events in time order makes, before and after a later
+    update, and after replaying the log."""
+    cfg = load_group("memory", "magma")
+    cfg.slow_path.background = False
+    boston, denver, paris, london = RESIDENCES
+    mem = MagmaMemory(cfg, device="cpu", embedder=emb, store_dir=tmp_path, durable=True)
+    ids = [mem.add(t, ts, speaker="Ann") for t, ts in (boston, paris)]
+    mem.consolidate()
+    if op == "update":
+        mem.update(ids[0], timestamp="2023-01-02")
+        boston = (boston[0], "2023-01-02")
+        turns = [boston, paris]
+    elif op == "forget":
+        mem.forget(ids=[ids[1]])
+        turns = [boston]
+    else:
+        mem.add(*denver, speaker="Ann", backfill=True)
+        turns = [boston, denver, paris]
+    mem.consolidate()
+    assert superseded_texts(mem) == in_order(emb, turns)
+    mem.add(*london, speaker="Ann")
+    mem.worker.drain()
+    want = superseded_texts(mem)
+    assert want == in_order(emb, turns + [london])
+    abandon(mem)
+    with MagmaMemory(cfg, store_dir=tmp_path, durable=True, embedder=emb, device="cpu") as back:
+        back.consolidate()
+        assert superseded_texts(back) == want
+        back.check()

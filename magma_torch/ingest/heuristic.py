@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 
 from magma_torch.config.schema import HeuristicConsolidationConfig
 from magma_torch.ingest import nlp
-from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal
+from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal, SupersessionLink
 from magma_torch.ingest.cues import CuePatterns, norm
 from magma_torch.ingest.supersession import UpdateTracker
 
@@ -598,6 +598,15 @@ class HeuristicConsolidator:
         self._parsed = OrderedDict((moved(e), p) for e, p in self._parsed.items() if moved(e) >= 0)
         if self._updates is not None:
             self._updates.renumber(moved)
+
+    def restate_facts(self, streams: Mapping[str, Sequence]) -> dict[int, list[SupersessionLink]]:
+        """The facts of each stream of ``streams`` observed again from its events ``(id, event with
+        text and speaker)``, in time order (after an update, forget or backfill); returns each
+        event's supersession links."""
+        if self._updates is None:
+            return {}
+        return {event: links for stream, events in streams.items()
+                for event, links in self._updates.restate(stream, [(i, e.speaker, e.text) for i, e in events]).items()}
 
     def state_dict(self) -> dict:
         """JSON-serialisable state; the parse cache is derived from event text and left out."""

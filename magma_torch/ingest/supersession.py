@@ -7,6 +7,8 @@ per stream, speaker and attribute key, the events that state the current value; 
 event of the same speaker states another value with a change cue ("now", "moved", "no
 longer", ...), it supersedes them: a ``SupersessionLink`` later -> earlier, which the worker
 validates and stores as a ``supersedes`` edge (the earlier event's valid time ends there).
+Events are observed in time order; after an update, forget or backfill ``restate`` observes a
+stream's remaining events again, in order, so its links are those an in-order ingest gives.
 """
 from __future__ import annotations
 
@@ -149,10 +151,16 @@ class UpdateTracker:
     def __init__(self, rules: str | Mapping):
         self.rules = FactRules(load_rules(rules))
         self._current: dict[str, dict[str, list]] = {}   # "stream\x1fspeaker" -> key -> [value, [event ids]]
+        self._last: dict[str, int] = {}                   # stream -> the last event observed
 
     def observe(self, event: int, stream: str, speaker: str | None, text: str) -> list[SupersessionLink]:
         """Record event ``event``'s facts; returns the links to the earlier events it supersedes
-        (events are observed in id order; at most ``max_per_event``, the most recent first)."""
+        (events are observed in id order; at most ``max_per_event``, the most recent first).
+        An event at or before its stream's last observed one was observed by ``restate`` in its
+        place already (an updated or backfilled event consolidated again): it gives nothing."""
+        if event <= self._last.get(stream, -1):
+            return []
+        self._last[stream] = event
         if speaker is None:
             return []
         facts = self.rules.facts(text)
@@ -181,6 +189,15 @@ class UpdateTracker:
         ranked = sorted(links.values(), key=lambda l: -l.earlier)
         return ranked[: self.rules.max_per_event]
 
+    def restate(self, stream: str, events) -> dict[int, list[SupersessionLink]]:
+        """Forget what stream ``stream`` stated and observe its events ``(id, speaker, text)`` again,
+        in time order; returns each event's links (those with none left out)."""
+        for who in [w for w in self._current if w.partition("\x1f")[0] == stream]:
+            del self._current[who]
+        self._last.pop(stream, None)
+        links = {event: self.observe(event, stream, speaker, text) for event, speaker, text in events}
+        return {event: found for event, found in links.items() if found}
+
     def renumber(self, moved) -> None:
         """Events were renumbered (``moved(old)``: the new id, -1 when forgotten or rewritten):
         a fact stated only by such events is no longer current, and a speaker left with no current
@@ -194,10 +211,12 @@ class UpdateTracker:
                     del current[key]
             if not current:
                 del self._current[who]
+        self._last = {stream: moved(e) for stream, e in self._last.items() if moved(e) >= 0}
 
     def state_dict(self) -> dict:
-        return {"current": self._current}
+        return {"current": self._current, "last": self._last}
 
     def load_state_dict(self, state: dict | None) -> None:
         self._current = {k: {key: [v[0], list(v[1])] for key, v in d.items()}
                          for k, d in ((state or {}).get("current") or {}).items()}
+        self._last = dict((state or {}).get("last") or {})

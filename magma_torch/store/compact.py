@@ -18,6 +18,9 @@ The rows ``detach`` stay but lose their semantic, causal and entity edges (an up
 re-derives them), and their episodes' sums are recomputed from the (new) embeddings.
 Stable event ids (``events.ids``) and ``next_id`` are kept, so ids users hold stay valid.
 
+``relinked(c, rel, rows, edges)`` replaces the ``rel`` edges out of some rows (the supersessions
+a lifecycle operation derives again for the streams it touched).
+
 ``inserted(saved, rows, embeddings, ids, placed)`` is the same rebuild with events added at
 their places (``Placement``: the order of all rows, each new event's episode): the chain
 and the episodes are re-derived around them as around a gap, and episodes are numbered in
@@ -76,6 +79,19 @@ def inserted(saved: SavedStore, rows: Sequence, embeddings: torch.Tensor, ids: S
     grown_capture = replace(saved, tensors=tensors, events=[*saved.events, *rows],
                             state={**saved.state, "counts": counts})
     return _rebuilt(grown_capture, placed.order, range(n, n + k))
+
+
+def relinked(c: Compacted, rel: str, rows: Collection[int], edges: Sequence[tuple[int, int, float]]) -> Compacted:
+    """``c`` with its ``rel`` edges out of ``rows`` replaced by ``edges`` (src, dst, weight)."""
+    t = c.saved.tensors
+    s, d, w = _edges(t, rel)
+    keep = ~torch.isin(s, torch.tensor(sorted(rows), dtype=torch.long))
+    new_s, new_d, new_w = (torch.tensor(col, dtype=dt) for col, dt in
+                           zip(zip(*edges) if edges else ([], [], []), (torch.long, torch.long, w.dtype)))
+    out = {**t, **_as_edges(rel, torch.cat([s[keep], new_s]), torch.cat([d[keep], new_d]), torch.cat([w[keep], new_w]))}
+    counts = c.saved.state["counts"]
+    counts = {**counts, "edges": {**counts["edges"], rel: int(out[f"graph.{rel}.src"].numel())}}
+    return replace(c, saved=replace(c.saved, tensors=out, state={**c.saved.state, "counts": counts}))
 
 
 def _rebuilt(saved: SavedStore, order: Sequence[int], detach: Collection[int]) -> Compacted:
