@@ -74,6 +74,7 @@ def test_speaker_ranking_keeps_what_the_named_speakers_said_in_dense_order():
     assert speakers_named("What did caroline paint?", names) == [0]
     assert speakers_named("Did Melanie and Caroline meet?", names) == [0, 1]
     assert speakers_named("What did Carol say?", names) == [] and speakers_named("Melanies' dogs?", names) == []
+    assert speakers_named("What did Bob say?", ["", " ", "Bob"]) == [2]     # a blank speaker names no one
     dense = torch.tensor([[5, 2, 0, 4, 1], [3, 1, -1, -1, -1], [0, 1, 2, 3, 4]])
     speaker_of = torch.tensor([0, 1, 0, -1, 1, 0])
     out = speaker_ranking(dense, [[0], [1], []], speaker_of, top=3)

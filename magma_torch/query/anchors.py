@@ -140,10 +140,13 @@ def keep_inside(ranked: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:
 
 def speakers_named(question: str, names: list[str]) -> list[int]:
     """Ids of the speakers whose name (or its first word: "Caroline" for "Caroline Smith") the
-    question mentions, as a whole word, any case."""
+    question mentions, as a whole word, any case. A blank name names no one (its pattern would
+    match between any two non-word characters)."""
     out = []
     for i, name in enumerate(names):
-        forms = {name, name.split()[0]} if name.split() else {name}
+        if not name.split():
+            continue
+        forms = {name, name.split()[0]}
         if any(re.search(rf"(?<!\w){re.escape(f)}(?!\w)", question, re.IGNORECASE) for f in forms):
             out.append(i)
     return out
