@@ -3,7 +3,7 @@
 ``problems(store)`` lists every violation found (empty when the store is sound):
 
 - counts: every event column, both indexes and the row list have one entry per event;
-  the entity lists one per entity; the stable event ids are unique and increasing;
+  the entity lists one per entity; the stable event ids are unique;
   ``by_source`` and ``last_of_stream`` point at the right events;
 - edges: every endpoint is a valid event (entity edges: a valid entity), weights finite;
 - temporal chain: each temporal edge joins an event to the next one of its stream
@@ -66,8 +66,9 @@ def _counts(store: MemoryStore) -> list[str]:
     out += [f"entities.{name} has {len(col)} entries for {m} entities"
             for name, col in (("embeddings", en.embeddings), ("kinds", en.kinds), ("surfaces", en.surfaces))
             if len(col) != m]
-    if len(ev.ids) != n or any(a >= b for a, b in zip(ev.ids, ev.ids[1:])) or len(ev.row_of) != n:
-        out.append(f"the {len(ev.ids)} stable event ids of {n} events are not unique and increasing")
+    # unique, not increasing: a backfilled event takes a fresh id at its place among older ones
+    if len(ev.ids) != n or len(set(ev.ids)) != n or any(ev.row_of.get(i) != r for r, i in enumerate(ev.ids)):
+        out.append(f"the {len(ev.ids)} stable event ids of {n} events are not unique, or row_of does not map them")
     out += [f"source_id {sid!r} maps to event {i}, which has source_id {ev.rows[i].source_id!r}"
             for sid, i in ev.by_source.items() if not 0 <= i < n or ev.rows[i].source_id != sid]
     out += [f"stream {s!r} ends at event {i}, which is of stream {ev.rows[i].stream!r} or not its last"
