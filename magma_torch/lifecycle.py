@@ -100,35 +100,40 @@ def update_row(mem, row: int, new: EventRow, embedding: torch.Tensor) -> int:
     derived again (semantic now, the others by the slow path it is queued for again), and so are
     the semantic edges of the later events whose nearest earlier events it may join or leave.
     Returns its row (unchanged: an update keeps the event's place). Same locks as ``forget_rows``."""
-    later = _nearer_or_linked(mem.store, row, embedding, mem.fast_cfg)
-    c = _rebuild(mem, [], {new.stream}, detach=[row], replaced={row: (new, embedding)}, unlinked=later)
     store = mem.store
+    later = _nearer_or_linked(store.events.embeddings.data, store.graph.edges("semantic"), [row], [embedding],
+                              mem.fast_cfg)
+    c = _rebuild(mem, [], {new.stream}, detach=[row], replaced={row: (new, embedding)}, unlinked=later)
     for r in [row, *later]:   # each by itself: the rows need not be consecutive
         fast_path.link_semantic(store, [r], store.events.embeddings.data[r][None], mem.fast_cfg)
     mem.worker.renumber(c.new_row, requeue=[row])
     return row
 
 
-def _nearer_or_linked(store, row: int, embedding: torch.Tensor, cfg) -> list[int]:
-    """The later rows whose k nearest earlier events may change when ``row`` gets ``embedding``:
-    those linked to it now, and those it comes within reach of (above ``theta_sim`` and at least
-    as close as their farthest neighbour, or they have fewer than k)."""
-    n = len(store)
-    src, dst, weight = (x.cpu() for x in store.graph.edges("semantic"))
-    later = torch.arange(row + 1, n)
-    vectors = store.events.embeddings.data[row + 1:n]
-    scores = (vectors @ embedding.reshape(-1).to(vectors)).float().cpu()
-    linked = torch.zeros(n, dtype=torch.bool)
-    linked[src[dst == row]] = True
-    degree = torch.bincount(src, minlength=n)[later]
-    farthest = torch.full((n,), float("inf")).scatter_reduce(0, src, weight.float(), "amin")[later]
-    reach = (scores > cfg.theta_sim) & ((degree < cfg.semantic_k) | (scores >= farthest))
-    return later[linked[later] | reach].tolist()
+def _nearer_or_linked(embeddings: torch.Tensor, semantic: tuple[torch.Tensor, ...], rows: list[int],
+                      vectors: list[torch.Tensor], cfg) -> list[int]:
+    """The rows, other than ``rows``, whose k nearest earlier events may change when each of ``rows``
+    gets its vector of ``vectors`` (``embeddings`` [n, d] and the ``semantic`` edges (src, dst, weight)
+    as they stand): those linked to one of them now, and the later ones it comes within reach of
+    (above ``theta_sim`` and at least as close as their farthest neighbour, or they have fewer than k)."""
+    n = embeddings.shape[0]
+    src, dst, weight = (x.cpu() for x in semantic)
+    degree = torch.bincount(src, minlength=n)
+    farthest = torch.full((n,), float("inf")).scatter_reduce(0, src, weight.float(), "amin")
+    hit = torch.zeros(n, dtype=torch.bool)
+    for row, vector in zip(rows, vectors):
+        later = torch.arange(row + 1, n)
+        scores = (embeddings[row + 1:n] @ vector.reshape(-1).to(embeddings)).float().cpu()
+        hit[later[(scores > cfg.theta_sim) & ((degree[later] < cfg.semantic_k) | (scores >= farthest[later]))]] = True
+        hit[src[dst == row]] = True
+    hit[torch.tensor(rows, dtype=torch.long)] = False
+    return hit.nonzero().squeeze(1).tolist()
 
 
 def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
     """Insert the batch's events at their places in their streams (``ingest.backfill``), with fresh
-    ids; each gets semantic edges to its nearest earlier events and is queued for consolidation.
+    ids; each gets semantic edges to its nearest earlier events, the later events whose nearest
+    earlier events it joins get theirs again, and it is queued for consolidation.
     Returns their rows, in batch order. Same locks as ``forget_rows``."""
     store, n = mem.store, len(mem.store)
     ids = range(store.events.next_id, store.events.next_id + len(batch.rows))
@@ -136,11 +141,16 @@ def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
     placed = backfill.place(saved.events, saved.tensors["events.episode"].tolist(),
                             saved.tensors["episodes.first"].numel(), batch.rows, mem.fast_cfg.episodes)
     c = compact.inserted(saved, batch.rows, batch.embeddings, ids, placed)
+    rows = c.new_row[n:]
+    # later events the new ones come within reach of link again, as if they had come in order
+    t = c.saved.tensors
+    later = _nearer_or_linked(t["events.embeddings"], compact.edges_of(t, "semantic"), rows,
+                              list(batch.embeddings), mem.fast_cfg)
+    c = compact.relinked(c, "semantic", later, [])
     tokens += store.keyword_index.tokenize([fast_path.embed_text(r, mem.fast_cfg) for r in batch.rows])
     _apply(mem, c, tokens, set(), {r.stream for r in batch.rows})
-    rows = c.new_row[n:]
-    for r, emb in zip(rows, batch.embeddings.to(store.device)):   # each by itself: the rows need not be consecutive
-        fast_path.link_semantic(store, [r], emb[None], mem.fast_cfg)
+    for r in sorted([*rows, *later]):   # each by itself: the rows need not be consecutive
+        fast_path.link_semantic(store, [r], store.events.embeddings.data[r][None], mem.fast_cfg)
     mem.worker.renumber(c.new_row, requeue=sorted(rows))
     return rows
 

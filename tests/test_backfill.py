@@ -194,3 +194,23 @@ def test_a_backfill_replays_from_the_log(emb, tmp_path):
         back.consolidate()
         never.consolidate()
         assert_same_store(back, never)
+
+
+def semantic_pairs(mem) -> set[tuple[str, str]]:
+    """The semantic edges, as (source id, source id)."""
+    src, dst, _ = mem.store.graph.edges("semantic")
+    rows = mem.store.events.rows
+    return {(rows[s].source_id, rows[d].source_id) for s, d in zip(src.tolist(), dst.tolist())}
+
+
+def test_a_backfill_gives_the_semantic_edges_of_an_in_order_ingest(emb):
+    # A late event can be one of a later event's nearest earlier events: those edges are derived again.
+    recs = [r for r in demo_records(12) if r["stream"] == load_demo()[0].sample_id]
+    late = [recs[3], recs[7]]
+    with MagmaMemory(config(), "none", embedder=emb, device="cpu") as mem, \
+            MagmaMemory(config(), "none", embedder=emb, device="cpu") as fresh:
+        mem.add_many([r for r in recs if r not in late])
+        mem.add_many(late, backfill=True)
+        fresh.add_many(recs)
+        assert semantic_pairs(mem) == semantic_pairs(fresh)
+        mem.check()

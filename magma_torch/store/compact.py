@@ -84,7 +84,7 @@ def inserted(saved: SavedStore, rows: Sequence, embeddings: torch.Tensor, ids: S
 def relinked(c: Compacted, rel: str, rows: Collection[int], edges: Sequence[tuple[int, int, float]]) -> Compacted:
     """``c`` with its ``rel`` edges out of ``rows`` replaced by ``edges`` (src, dst, weight)."""
     t = c.saved.tensors
-    s, d, w = _edges(t, rel)
+    s, d, w = edges_of(t, rel)
     keep = ~torch.isin(s, torch.tensor(sorted(rows), dtype=torch.long))
     new_s, new_d, new_w = (torch.tensor(col, dtype=dt) for col, dt in
                            zip(zip(*edges) if edges else ([], [], []), (torch.long, torch.long, w.dtype)))
@@ -111,7 +111,7 @@ def _rebuilt(saved: SavedStore, order: Sequence[int], detach: Collection[int]) -
     free = alive.clone()               # rows that keep their derived edges
     free[detach_t] = False
     for rel in ("semantic", "causal", "supersedes"):   # links of forgotten or corrected events go
-        s, d, w = _edges(t, rel)
+        s, d, w = edges_of(t, rel)
         ok = free[s] & free[d]
         out.update(_as_edges(rel, new_row[s[ok]], new_row[d[ok]], w[ok]))
     entities, gone_entities = _entities(saved, out, free, new_row)
@@ -126,7 +126,8 @@ def _rebuilt(saved: SavedStore, order: Sequence[int], detach: Collection[int]) -
     return Compacted(compacted, new_row.tolist(), gone_entities, gone_episodes)
 
 
-def _edges(t: dict, rel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def edges_of(t: dict, rel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A capture's ``rel`` edges: (src, dst, weight)."""
     return t[f"graph.{rel}.src"], t[f"graph.{rel}.dst"], t[f"graph.{rel}.weight"]
 
 
@@ -154,7 +155,7 @@ def _successors(prev: torch.Tensor) -> torch.Tensor:
 
 def _entities(saved: SavedStore, out: dict, free: torch.Tensor, new_row: torch.Tensor) -> tuple[dict, list[str]]:
     """Mentions of the remaining, not detached rows; entities left with none are dropped."""
-    s, d, w = _edges(saved.tensors, "entity")
+    s, d, w = edges_of(saved.tensors, "entity")
     ok = free[s]
     m = len(saved.entities["names"])
     before = torch.bincount(d, minlength=m)
