@@ -25,7 +25,9 @@ class CSRSnapshot:
     delta_rel: torch.Tensor
 
     def gather(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """All out-edges of ``rows``: (position in ``rows``, neighbour, relation id)."""
+        """All out-edges of ``rows``: (position in ``rows``, neighbour, relation id), the main part's
+        edges first, then the pending delta's: a caller that needs each position's edges together
+        sorts by position (the beam search and the re-ranker key edges by it and need no order)."""
         main = _gather_csr(self.rowptr, self.col, self.rel, rows)
         if self.delta_row.numel() == 0:
             return main
