@@ -480,10 +480,10 @@ class MagmaMemory:
             with self.store.lock:
                 assign_episodes(self.store, range(len(self.store)), self.store.events.embeddings.data,
                                 self.fast_cfg.episodes, tokens)
-        found = (integrity.problems(self.store) + _queue_problems(saved.state["worker"], len(self.store))
-                 if verify else [])
-        if found:
-            raise CorruptSaveError(f"{saved.path}: {len(found)} integrity problem(s): " + "; ".join(found[:5]))
+        if verify:
+            found = integrity.problems(self.store) + _queue_problems(saved.state["worker"], len(self.store))
+            if found:
+                raise CorruptSaveError(f"{saved.path}: {len(found)} integrity problem(s): " + "; ".join(found[:5]))
         if self.consolidator is not None:
             self.consolidator.load_state_dict(saved.state["consolidator"])
         # Last: a background worker starts on the queue as soon as it has one.
