@@ -9,10 +9,12 @@ from magma_torch.query.anchors import (ContextConfig, chain_neighbours, context_
                                        inside_windows, keep_inside, rrf_fuse, speaker_ranking, speakers_named,
                                        time_ranking)
 from magma_torch.query.linearize import linearize
+from magma_torch.query.retriever import epoch_window
 from magma_torch.query.segment import first_in_group, lexsort, rank_in_group, top_ids, top_in_group
 from magma_torch.query.similarity import Similarity
 from magma_torch.store.tables import EventRow, EventTable
 from magma_torch.testing import with_package
+from magma_torch.text.temporal import question_time_window
 from magma_torch.tokens import count_tokens
 
 
@@ -90,6 +92,14 @@ def test_time_filter_removes_events_outside_the_window_and_moves_the_rest_up():
     inside = inside_windows(ranked, [(9 * day, 12 * day), None], ts, spans)
     assert inside.tolist() == [[False, True, False, True], [True, True, False, False]]
     assert keep_inside(ranked, inside).tolist() == [[3, 1, -1, -1], [2, 3, -1, -1]]
+
+
+def test_the_last_second_of_the_asked_day_is_inside_its_window():
+    window = epoch_window(question_time_window("What did she do yesterday?", datetime(2023, 5, 9)))
+    at = [datetime(2023, 5, 8, 23, 59, 59, 500000), datetime(2023, 5, 9)]
+    ts = torch.tensor([t.replace(tzinfo=timezone.utc).timestamp() for t in at], dtype=torch.float64)
+    spans = torch.full((2, 2), math.nan, dtype=torch.float64)
+    assert inside_windows(torch.tensor([[0, 1]]), [window], ts, spans).tolist() == [[True, False]]
 
 
 @pytest.mark.parametrize("hops", [1, 2, 3])

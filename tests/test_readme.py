@@ -27,7 +27,7 @@ def test_using_the_memory_example(tmp_path, monkeypatch):
     assert mem.stats()["events"] == 21 <= mem.retriever.cfg.anchor_k
     assert len(r.anchors) == 21 and r.paths == []
     asked = mem.retrieve("What did Caroline do yesterday?", query_time="2023-05-09")
-    assert asked.time_window == (datetime(2023, 5, 8), datetime(2023, 5, 8, 23, 59, 59))
+    assert asked.time_window == (datetime(2023, 5, 8), datetime(2023, 5, 8, 23, 59, 59, 999999))
     assert mem.retrieve("What did Caroline do yesterday?").time_window is None
     mem.close()
 

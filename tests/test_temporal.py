@@ -231,7 +231,7 @@ def test_parse_timestamp_rejects_bad_values(value):
 
 
 def window(start: str, end: str) -> tuple[dt.datetime, dt.datetime]:
-    return (dt.datetime.combine(d(start), dt.time()), dt.datetime.combine(d(end), dt.time(23, 59, 59)))
+    return (dt.datetime.combine(d(start), dt.time()), dt.datetime.combine(d(end), dt.time.max))
 
 
 @pytest.mark.parametrize(("question", "reference", "expected"), [

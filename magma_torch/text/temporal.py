@@ -525,7 +525,8 @@ _PROBE_REFERENCES = (dt.date(2001, 3, 14), dt.date(2011, 10, 3))
 
 
 def question_time_window(question: str, reference: dt.datetime | None) -> tuple[dt.datetime, dt.datetime] | None:
-    """The [00:00, 23:59:59] window a question asks about, or None if it names no time.
+    """The window a question asks about, from its first day's 00:00 to its last day's last
+    microsecond (``time.max``: an event at 23:59:59.5 is inside), or None if it names no time.
 
     Several expressions are merged into one covering window. Without a reference
     only absolute expressions ("in June 2023") count.
@@ -539,4 +540,4 @@ def question_time_window(question: str, reference: dt.datetime | None) -> tuple[
         return None
     start = min(r.start for r in found)
     end = max(r.end for r in found)
-    return dt.datetime.combine(start, dt.time()), dt.datetime.combine(end, dt.time(23, 59, 59))
+    return dt.datetime.combine(start, dt.time()), dt.datetime.combine(end, dt.time.max)
