@@ -52,15 +52,12 @@ def test_growable_earlier_views_unchanged_after_appends():
     assert len(g) == 53
 
 
-def test_growable_extend_casts_and_truncate_forgets_rows():
-    """Extending casts dtype; truncate rolls back the length only."""
+def test_growable_extend_casts():
     g = GrowableTensor((2,), torch.float64, capacity=2)
     g.extend(torch.ones(3, 2, dtype=torch.float32))
     assert g.data.dtype == torch.float64 and len(g) == 3
-    g.truncate(1)
-    assert len(g) == 1
     g.extend(torch.zeros(1, 2))
-    assert torch.equal(g.data, torch.tensor([[1.0, 1.0], [0.0, 0.0]], dtype=torch.float64))
+    assert torch.equal(g.data, torch.tensor([[1.0, 1.0]] * 3 + [[0.0, 0.0]], dtype=torch.float64))
 
 
 # ---------------------------------------------------------------- IncrementalCSR
@@ -112,8 +109,8 @@ def test_incremental_csr_matches_brute_force_through_deltas_and_merges():
         assert _gathered(snap, rows) == _brute(old_edges, rows)
 
 
-def test_incremental_csr_snapshot_cached_until_change_and_truncate():
-    """An unchanged CSR returns the same snapshot; truncate rolls edges back."""
+def test_incremental_csr_snapshot_cached_until_change():
+    """An unchanged CSR returns the same snapshot; a change gives a new one and leaves the old as it was."""
     csr = IncrementalCSR(min_merge=2)
     csr.add(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0]), torch.tensor([0, 0, 1]))
     s1 = csr.snapshot(3)
@@ -123,9 +120,6 @@ def test_incremental_csr_snapshot_cached_until_change_and_truncate():
     assert s2 is not s1
     assert _gathered(s2, [0]) == Counter({(0, 1, 0): 1, (0, 2, 2): 1})
     assert _gathered(s1, [0]) == Counter({(0, 1, 0): 1})
-    csr.truncate(2)
-    s3 = csr.snapshot(3)
-    assert _gathered(s3, [0, 1, 2]) == Counter({(0, 1, 0): 1, (1, 2, 0): 1})
 
 
 def test_incremental_csr_keeps_edges_of_rows_past_num_rows():
@@ -199,19 +193,6 @@ def test_causal_path_exists_follows_edge_direction():
     assert not g.causal_path_exists(4, 0)
     assert not g.causal_path_exists(0, 4)
     assert g.has_causal(0, 1) and not g.has_causal(1, 0)
-
-
-def test_graph_truncate_rolls_back_edges_and_lookups():
-    """truncate restores counts, the mention set, the causal adjacency and the views."""
-    g = _graph()
-    before = g.counts()
-    g.add_edges("causal", torch.tensor([2]), torch.tensor([3]))
-    g.add_edges("entity", torch.tensor([2]), torch.tensor([1]))
-    g.truncate(before)
-    assert g.counts() == before
-    assert not g.has_causal(2, 3) and not g.has_mention(2, 1)
-    _, ent, _ = g.snapshot(4, 2).event_entity.gather(torch.tensor([2]))
-    assert ent.numel() == 0
 
 
 # ---------------------------------------------------------------- VectorIndex

@@ -94,13 +94,6 @@ class IncrementalCSR:
         self._rel.extend(rel)
         self._stale = True
 
-    def truncate(self, length: int) -> None:
-        for t in (self._row, self._col, self._rel):
-            t.truncate(length)
-        if length < self._main_edges:
-            self._main_edges = 0  # forces a full rebuild of the main part
-        self._stale = True
-
     def snapshot(self, num_rows: int) -> CSRSnapshot:
         if self._stale:
             delta = len(self._row) - self._main_edges

@@ -172,31 +172,6 @@ class MultiGraph:
             out[f"{rel}.src"], out[f"{rel}.dst"], out[f"{rel}.weight"] = s, d, w
         return out
 
-    def truncate(self, counts: dict[str, int]) -> None:
-        """Roll edges back to earlier counts (a failed write leaves the graph as it was)."""
-        for rel, n in counts.items():
-            if self.num_edges(rel) == n:
-                continue
-            s, d, _ = self.edges(rel)
-            removed = list(zip(s[n:].tolist(), d[n:].tolist()))
-            for t in self._edges[rel]:
-                t.truncate(n)
-            if rel == "entity":
-                self._mentions.difference_update(removed)
-            elif rel == "causal":
-                for c, e in removed:
-                    self._causal_out[c].discard(e)
-            elif rel == "supersedes":
-                self._supersessions.difference_update(removed)
-        self._rebuild_views()
-
-    def _rebuild_views(self) -> None:
-        (self._event_adj, self._event_entity, self._entity_event, self._event_episode,
-         self._episode_event) = (IncrementalCSR(self.device) for _ in range(5))
-        for rel in RELATIONS:
-            s, d, _ = self.edges(rel)
-            self._add_views(rel, s, d)
-
     def counts(self) -> dict[str, int]:
         return {rel: self.num_edges(rel) for rel in RELATIONS}
 

@@ -49,7 +49,3 @@ class GrowableTensor:
             self._buf = grown
         self._buf.narrow(self._dim, self._len, need - self._len).copy_(rows)
         self._len = need
-
-    def truncate(self, length: int) -> None:
-        """Forget entries past ``length`` (rollback of a failed batch)."""
-        self._len = min(self._len, length)
