@@ -4,7 +4,7 @@ import hashlib
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -207,6 +207,26 @@ def test_explain_keeps_paths_back_to_their_anchor():
     assert [n.node.id for n in wide.nodes] == [0, 1, 2, 3, 4] and len(wide.anchors) == 2
     with pytest.raises(ValueError, match="top"):
         explain(r, top=0, expansions=1)
+
+
+def test_a_time_filtered_retrieval_has_paths_among_its_own_events_and_explains():
+    """magma_paper leaves out the expansions outside the question's window; an expansion reached
+    from one of them kept a path naming an event the retrieval does not hold, and explaining failed."""
+    topics = ["hiking trip to the mountains", "dog at the vet", "painting class", "new job at the bakery"]
+    start = datetime(2023, 4, 20, 10)
+    recs = [{"text": f"Yesterday I talked about the {topics[k % 4]} again, it was fun.",
+             "timestamp": start + timedelta(hours=17 * k), "speaker": ("Ann", "Bob")[k % 2]} for k in range(80)]
+    with MagmaMemory("magma_paper") as mem:
+        mem.add_many(recs)
+        mem.consolidate()
+        asked = [mem.retrieve(f"What did Ann say about the {t} in May 2023?", "2023-06-10 10:00") for t in topics]
+        outside = mem.retrieve("What did Ann say in 2019?", "2023-06-10 10:00")
+    assert any(r.paths for r in asked)
+    for r in asked:
+        held = {n.id for n in r.nodes}
+        assert all(p.src in held and p.dst in held for p in r.paths)
+        assert r.question in format_text(explain(r, 15, 10))
+    assert "anchors: none (no event falls in the question's time window)" in format_text(explain(outside, 15, 10))
 
 
 def test_only_the_memorys_fused_signals_are_reported():

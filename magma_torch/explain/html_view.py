@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from magma_torch.explain.graph_svg import RING_NOTE, colour, drawn_relations, graph_svg
 from magma_torch.explain.printable import escaped, printable
-from magma_torch.explain.subgraph import Explanation, event_ref
+from magma_torch.explain.subgraph import Explanation, event_ref, why_no_anchors
 from magma_torch.explain.terminal import describe_reason
 
 # Page height estimate for the screenshot's first window (a short one is retried taller).
@@ -86,7 +86,7 @@ def _legend(ex: Explanation) -> str:
 def _anchor_table(ex: Explanation) -> str:
     r = ex.retrieval
     if not r.anchors:
-        return "<h2>Anchors</h2><p>none: this memory does not rank events</p>"
+        return f"<h2>Anchors</h2><p>none: {why_no_anchors(r)}</p>"
     by_id = {n.id: n for n in r.nodes}
     head = "".join(f"<th>{s}</th>" for s in ex.signals)
     rows = []

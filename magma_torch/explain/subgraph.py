@@ -82,6 +82,15 @@ def entity_names(store, retrieval: Retrieval) -> dict[str, str]:
     return {k: store.entities.surfaces[i] for k in keys if (i := store.entity_id(k)) is not None}
 
 
+def why_no_anchors(retrieval: Retrieval) -> str:
+    """Why a retrieval has no anchors, as the views say it."""
+    if retrieval.nodes:
+        return "this memory does not rank events"
+    if retrieval.time_window is not None:
+        return "no event falls in the question's time window"
+    return "no event was retrieved"
+
+
 def event_ref(node: RetrievedNode) -> str:
     """The reference the context uses for an event: its dataset id, else E<id>."""
     return node.source_ids[0] if node.source_ids else f"E{node.id}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from magma_torch.explain.printable import printable
-from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref
+from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref, why_no_anchors
 
 TEXT_WIDTH = 90   # characters of event text per list line; the context below is shown whole
 
@@ -39,7 +39,7 @@ def describe_reason(ex: Explanation, n: ShownNode) -> str:
 def _anchor_lines(ex: Explanation) -> list[str]:
     r = ex.retrieval
     if not r.anchors:
-        return ["anchors: none (this memory does not rank events)"]
+        return [f"anchors: none ({why_no_anchors(r)})"]
     head = f"anchors: reciprocal-rank fusion of {', '.join(ex.signals)}; rank in each ranking, '-' = not ranked"
     rows = [["#", "event", "fused"] + list(ex.signals) + ["text"]]
     by_id = {n.id: n for n in r.nodes}

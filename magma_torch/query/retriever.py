@@ -311,8 +311,10 @@ class Retriever:
                                               ids=snap.event_ids, notes=notes(ranked, later_of, rows),
                                               follows=follows)
             nodes = [_node(rows, e, sc, blk.tokens, later_of.get(e, [None])[0]) for (e, sc), blk in zip(scored, blocks)]
+            # An expansion whose parent the time filter left out keeps no path: paths join retrieved events only.
+            retrieved = {node[i] for i in idx}
             paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
-                     for i in idx if parent[i] >= 0]
+                     for i in idx if parent[i] in retrieved]
             out.append(Retrieval(text, intent, windows[b], self._anchor_list(anchors, b), nodes, paths,
                                  context, count_tokens(context), [b.event for b in kept], 0.0,
                                  truncated=any(b.cut for b in kept)))
