@@ -20,10 +20,12 @@ def recall_any_at_k(retrieved: Sequence[str], evidence: Sequence[str], k: int) -
 
 
 def within_budget(sources: Sequence[Sequence[str]], tokens: Sequence[int], budget: int) -> list[str]:
-    """Turns taken in salience order while their blocks fit in ``budget`` context tokens."""
+    """Turns taken in salience order while their blocks fit in ``budget`` context tokens. The first
+    block counts whatever its size, as the context always shows it (cut to fit); a later block only
+    when it fits, a first block without turns included."""
     out, used = [], 0
-    for src, t in zip(sources, tokens):
-        if out and used + t > budget:
+    for k, (src, t) in enumerate(zip(sources, tokens)):
+        if k and used + t > budget:
             break
         out.extend(src)
         used += t
