@@ -195,8 +195,8 @@ class MagmaMemory:
 
     def _check_writable(self) -> None:
         if self._read_only_view_of is not None:
-            raise ReadOnlyError(f"{self._read_only_view_of}: opened with open_readonly, which never changes it; "
-                                "open it with MagmaMemory(store_dir=..., namespace=...) to change it")
+            raise ReadOnlyError(f"{self._read_only_view_of}: opened read-only, which never changes it; open it with "
+                                "MagmaMemory(store_dir=..., namespace=...) or MagmaMemory.load to change it")
 
     def _checkpoint_when_due(self) -> None:
         if self._folder is not None and self._folder.checkpoint_due(self.config.durability.checkpoint_every):
@@ -421,10 +421,17 @@ class MagmaMemory:
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, embedder: Embedder | None = None,
-             device: str | None = None, llm: LLM | None = None) -> "MagmaMemory":
+             device: str | None = None, llm: LLM | None = None, read_only: bool = False) -> "MagmaMemory":
         """Rebuild a memory written by ``save``; its pending events are consolidated by the
-        worker as usual. Raises ``CorruptSaveError`` naming a missing or damaged file."""
-        return cls._from_saved(persistence.read_save(path), embedder=embedder, device=device, llm=llm)
+        worker as usual. With ``read_only`` it is a view to read as ``open_readonly`` gives one:
+        no consolidator or LLM is built (a memory an LLM consolidated opens without one), its
+        pending events stay pending, and the calls that change it raise ``ReadOnlyError``.
+        Raises ``CorruptSaveError`` naming a missing or damaged file."""
+        saved = persistence.read_save(path)
+        if read_only:
+            return cls._read_only_view(saved, Path(path), saved.state["namespace"], embedder=embedder, device=device,
+                                       verify=True)
+        return cls._from_saved(saved, embedder=embedder, device=device, llm=llm)
 
     @classmethod
     def open_readonly(cls, store_dir: str | os.PathLike, namespace: str = "default", *,
@@ -438,12 +445,22 @@ class MagmaMemory:
         built. ``add``, ``forget``, ``update`` and ``consolidate`` raise ``ReadOnlyError`` (a
         RuntimeError)."""
         path, saved, records = durability.read_live(store_dir, namespace)
+        return cls._read_only_view(saved, path, namespace, embedder=embedder, device=device, verify=False,
+                                   then=lambda mem: durability.replay(records, path / WAL, saved.state.get("wal_seq", 0),
+                                                                      mem._apply))
+
+    @classmethod
+    def _read_only_view(cls, saved: persistence.SavedStore, path: Path, namespace: str, *, embedder: Embedder | None,
+                        device: str | None, verify: bool, then=None) -> "MagmaMemory":
+        """``saved`` in a memory without a consolidator or worker thread (its queue is kept, not
+        worked on) that refuses every change; ``then(mem)`` runs on it before it is marked read-only."""
         config = saved_config(saved.state["config"])
-        config.slow_path.background = False  # no worker thread: the queue is kept, not worked on
+        config.slow_path.background = False
         mem = cls(config, "none", namespace=namespace, device=device, embedder=embedder)
         try:
-            mem._restore(saved)
-            durability.replay(records, path / WAL, saved.state.get("wal_seq", 0), mem._apply)
+            mem._restore(saved, verify=verify)
+            if then is not None:
+                then(mem)
         except BaseException:
             mem.close(checkpoint=False)
             raise

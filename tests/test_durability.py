@@ -183,7 +183,7 @@ def test_open_readonly_reads_checkpoint_and_log_without_the_lock_and_writes_noth
     changes = (lambda: view.add("x", "2024-01-01"), lambda: view.add_many([]), view.consolidate,
                lambda: view.forget(5), lambda: view.update(5, text="y"), view.checkpoint)
     for change in changes:
-        with pytest.raises((RuntimeError, ValueError), match="open_readonly|needs a memory opened with store_dir"):
+        with pytest.raises((RuntimeError, ValueError), match="opened read-only|needs a memory opened with store_dir"):
             change()
     assert view.worker.pending() == 21 and len(view.store) == 59
     view.close()

@@ -27,9 +27,10 @@ from magma_torch.explain.subgraph import entity_names
 from magma_torch.explain.terminal import format_text
 from magma_torch.query.intent import INTENTS
 from magma_torch.query.retriever import Anchor, PathEdge, RetrievedNode, Retrieval
-from magma_torch.store.durable import WAL
+from magma_torch.store.durable import WAL, ReadOnlyError
 from magma_torch.testing import abandon
 from magma_torch.testing import with_browser
+from scripted_llm import ScriptedLLM
 
 HOSTILE = "Tomás pasted <script>alert('x')</script> into the canoe log \x1b[31mred\x1b[0m\x07 \u202eevil"
 QUESTION = "What did Tomás paste into the canoe log?"
@@ -227,6 +228,25 @@ def test_a_time_filtered_retrieval_has_paths_among_its_own_events_and_explains()
         assert all(p.src in held and p.dst in held for p in r.paths)
         assert r.question in format_text(explain(r, 15, 10))
     assert "anchors: none (no event falls in the question's time window)" in format_text(explain(outside, 15, 10))
+
+
+def test_a_memory_an_llm_consolidated_is_explained_without_an_llm_or_consolidating(tmp_path):
+    cfg = load_group("memory", "magma")
+    cfg.slow_path.background = False
+    with MagmaMemory(cfg, "llm", llm=ScriptedLLM()) as mem:
+        mem.add_many([{"text": "I moved to Paris last spring.", "timestamp": "2023-05-01 10:00", "speaker": "Ann"},
+                      {"text": "Paris must be lovely.", "timestamp": "2023-05-02 10:00", "speaker": "Bob"}])
+        mem.consolidate()
+        mem.add("We should visit her.", "2023-05-03 10:00", speaker="Bob")     # left in the queue
+        mem.save(tmp_path / "mem")
+    done = magma_explain(tmp_path / "mem", "Where did Ann move?")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{tmp_path / 'mem'}: 3 events, 1 not consolidated yet")
+    assert "I moved to Paris" in done.stdout
+    with MagmaMemory.load(tmp_path / "mem", read_only=True) as view:
+        assert view.consolidator is None and len(view.store) == 3 and view.worker.pending() == 1
+        with pytest.raises(ReadOnlyError, match="read-only"):
+            view.add("I moved again.", "2023-06-01 10:00", speaker="Ann")
 
 
 def test_only_the_memorys_fused_signals_are_reported():

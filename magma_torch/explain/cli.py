@@ -1,8 +1,10 @@
 """``magma-explain MEMORY_DIR QUESTION``: why a memory retrieves what it retrieves.
 
-MEMORY_DIR is a folder written by ``MagmaMemory.save``, or a persistent memory's namespace
-folder (``store_dir/<namespace>``), read with ``MagmaMemory.open_readonly``: its checkpoint and
-what is still only in its write-ahead log, without the writer's lock, while a writer may be running.
+MEMORY_DIR is a folder written by ``MagmaMemory.save`` (read with ``MagmaMemory.load(read_only=True)``:
+no consolidator or LLM is built, so a memory an LLM consolidated is explained without one), or a
+persistent memory's namespace folder (``store_dir/<namespace>``), read with
+``MagmaMemory.open_readonly``: its checkpoint and what is still only in its write-ahead log, without
+the writer's lock, while a writer may be running.
 
 Prints the intent, the anchors with their rank in each RRF ranking, the beam-search paths
 and the linearised context; ``--html`` writes a self-contained page of the retrieved
@@ -62,12 +64,12 @@ def run(args: argparse.Namespace) -> str:
     with mem:
         if len(mem.store) == 0:
             raise ExplainError(f"{args.memory}: the memory holds no events")
-        if live:   # its writer consolidates; a reader must not, nor wait for it
-            note = (f"{args.memory}: read-only, checkpoint + write-ahead log; {len(mem.store)} events, "
-                    f"{mem.worker.pending()} not consolidated yet (no entity or causal links)\n")
+        # Explaining never consolidates: a live folder's writer does that, and a saved queue may need an LLM.
+        pending = f"{len(mem.store)} events, {mem.worker.pending()} not consolidated yet (no entity or causal links)\n"
+        if live:
+            note = f"{args.memory}: read-only, checkpoint + write-ahead log; {pending}"
         else:
-            mem.consolidate()   # a saved slow-path queue: explain the memory as it is once consolidated
-            note = ""
+            note = f"{args.memory}: {pending}" if mem.worker.pending() else ""
         r = mem.retrieve(args.question, when, args.budget_tokens)
         ex = explain(r, args.top, args.expansions, when, mem.retriever.cfg.active_signals, entity_names(mem.store, r))
     if args.svg:
@@ -91,7 +93,7 @@ def _open(folder: Path) -> tuple[MagmaMemory, bool]:
     try:
         if live:
             return MagmaMemory.open_readonly(folder.resolve().parent, folder.resolve().name), True
-        return MagmaMemory.load(folder), False
+        return MagmaMemory.load(folder, read_only=True), False
     except (OSError, ValueError) as err:   # missing, damaged, or (live) replaced during every read
         raise ExplainError(f"cannot load memory: {err}") from None
 
