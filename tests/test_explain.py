@@ -184,6 +184,8 @@ def test_printable_escapes_active_characters_only():
     assert printable("café 😀 ok\n") == "café 😀 ok\\x0a"
     assert printable("line\nnext\t", keep_newlines=True) == "line\nnext\\x09"
     assert printable("\ud800") == "\\ud800"
+    assert printable("a\u061cb\ufdd0\uffff\U0010fffe") == "a\\u061cb\\ufdd0\\uffff\\U0010fffe"
+    assert printable("\ufdcf\ufdf0\ufffd") == "\ufdcf\ufdf0\ufffd"       # ordinary characters beside them
 
 
 def _node(i):

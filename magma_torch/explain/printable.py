@@ -5,7 +5,7 @@ import html
 import unicodedata
 
 # Bidirectional overrides and isolates reorder the text around them ("Trojan Source").
-_BIDI = {"\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
+_BIDI = {"\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
 _ACTIVE_CATEGORIES = {"Cc", "Cs", "Zl", "Zp"}   # controls, lone surrogates, line/paragraph separators
 
 
@@ -22,9 +22,15 @@ def escaped(text: str) -> str:
 def _active(c: str, keep_newlines: bool) -> bool:
     if keep_newlines and c == "\n":
         return False
-    return c in _BIDI or unicodedata.category(c) in _ACTIVE_CATEGORIES
+    return c in _BIDI or unicodedata.category(c) in _ACTIVE_CATEGORIES or _noncharacter(ord(c))
+
+
+def _noncharacter(code: int) -> bool:
+    """U+FDD0..U+FDEF and the last two code points of every plane: never text, and an XML parser
+    refuses U+FFFE/U+FFFF, so one in an event would break the SVG figure."""
+    return 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE
 
 
 def _escape(c: str) -> str:
     code = ord(c)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
