@@ -16,6 +16,7 @@ so a replay finds the same rows the original call found; a backfill's record
 """
 from __future__ import annotations
 
+import difflib
 import numbers
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -50,7 +51,7 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
     ev = store.events
     rows = set(range(len(ev)))
     if ids is not None or source_ids is not None:
-        ids, source_ids = _as_list(ids, int), _as_list(source_ids, str)
+        ids, source_ids = _as_list(ids), _as_list(source_ids)
         bad_ids = [i for i in ids if not is_event_id(i) or i not in ev.row_of]
         bad_sources = [s for s in source_ids if s not in ev.by_source]
         if bad_ids or bad_sources:
@@ -63,21 +64,41 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
             raise ValueError(f"forget: no event has speaker {speaker!r}; nothing was forgotten")
         rows = {r for r in rows if ev.rows[r].speaker == speaker}
     if entity is not None:
-        e = store.entity_id(entity)
-        if e is None:
-            raise ValueError(f"forget: no entity named {entity!r}; nothing was forgotten")
+        if not isinstance(entity, str):
+            raise TypeError(f"forget: entity must be a name (a string), not a {type(entity).__name__}: {entity!r}; "
+                            "nothing was forgotten")
+        found = entities_named(store.entities, entity)
+        if not found:
+            close = difflib.get_close_matches(" ".join(entity.split()).casefold(), store.entities.names, n=5)
+            raise ValueError(f"forget: no entity named {entity!r}" + (f" (close: {close})" if close else "")
+                             + "; nothing was forgotten")
         src, dst, _ = store.graph.edges("entity")
-        rows &= set(src[dst == e].tolist())
+        rows &= set(src[torch.isin(dst, torch.tensor(found, device=dst.device))].tolist())
     if before is not None:
-        when = fast_path.as_utc(parse_timestamp(before)).timestamp()     # as add stores it: wall clock, offset dropped
+        try:
+            when = fast_path.as_utc(parse_timestamp(before)).timestamp()   # as add stores it: wall clock, offset dropped
+        except ValueError as err:
+            raise ValueError(f"forget: before: {err}; nothing was forgotten") from None
         rows = {r for r in rows if ev.rows[r].timestamp < when}
     return sorted(rows)
 
 
-def _as_list(x, kind: type) -> list:
+def entities_named(entities, name: str) -> list[int]:
+    """Entity nodes named ``name``: its canonical name ("paris", "sock"), or else that name or the
+    form first written ("Paris", "socks") with case and spacing aside."""
+    if name in entities.by_name:
+        return [entities.by_name[name]]
+    want = " ".join(name.split()).casefold()
+    return [i for i, (canonical, written) in enumerate(zip(entities.names, entities.surfaces))
+            if want in (canonical.casefold(), " ".join(written.split()).casefold())]
+
+
+def _as_list(x) -> list:
+    """``x`` as a list: None is none; a string, a number (a NumPy integer id too) or anything else
+    not iterable is one value (a wrong one is then named as unknown)."""
     if x is None:
         return []
-    return [x] if isinstance(x, (kind, str)) else list(x)
+    return [x] if isinstance(x, (str, bytes, numbers.Number)) or not isinstance(x, Iterable) else list(x)
 
 
 def is_event_id(x) -> bool:

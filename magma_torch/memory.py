@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 
@@ -272,6 +273,8 @@ class MagmaMemory:
 
     def retrieve_batch(self, questions: Sequence[str], query_times: Sequence | None = None,
                        budget_tokens: int | None = None) -> list[Retrieval]:
+        if isinstance(questions, str):
+            raise QueryError(f"questions is one string, not a sequence of them (retrieve takes one): {questions!r}")
         questions = list(questions)
         for i, q in enumerate(questions):
             if not isinstance(q, str) or not q.strip():
@@ -281,7 +284,7 @@ class MagmaMemory:
         times = [None] * len(questions) if query_times is None else list(query_times)
         if len(times) != len(questions):
             raise QueryError(f"query_times has {len(times)} entries for {len(questions)} questions")
-        times = [None if t is None else parse_timestamp(t) for t in times]    # wall clock, as events are stored
+        times = [_query_time(t, i, len(questions)) for i, t in enumerate(times)]
         return self.retriever.retrieve_batch(self.store.snapshot(), questions, times, budget_tokens)
 
     def answer(self, question: str, llm: LLM, query_time=None, max_tokens: int = 128,
@@ -505,6 +508,14 @@ class MagmaMemory:
             self.consolidator.load_state_dict(saved.state["consolidator"])
         # Last: a background worker starts on the queue as soon as it has one.
         self.worker.load_state_dict(saved.state["worker"])
+
+
+def _query_time(t, i: int, n: int) -> datetime | None:
+    """Question ``i``'s query time read as events are stored (the wall clock); a bad one names it."""
+    try:
+        return None if t is None else parse_timestamp(t)
+    except ValueError as err:
+        raise QueryError(f"query_time{f' of question {i}' if n > 1 else ''}: {err}") from None
 
 
 def _queue_problems(worker_state: dict, n: int) -> list[str]:

@@ -7,6 +7,7 @@ import base64
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -162,10 +163,10 @@ def test_forget_selects_by_speaker_entity_and_time(emb):
         e = mem.store.entity_id(entity)
         src, dst, _ = mem.store.graph.edges("entity")
         mentioning = sorted(mem.store.events.ids[r] for r in src[dst == e].tolist())
-        out = mem.forget(entity=entity)
+        out = mem.forget(entity=f" {entity.upper()} ")        # a name as a person writes it
         assert out.ids == tuple(mentioning) and entity in out.entities
         last = [i for i, r in zip(ids, recs) if r["stream"] == stream][-1]
-        assert mem.forget(ids=last, source_ids=[]).ids == (last,)
+        assert mem.forget(ids=np.int64(last), source_ids=[]).ids == (last,)
         assert mem.forget(ids=[], source_ids=[]).ids == ()
         with pytest.raises(ValueError, match="needs ids"):
             mem.forget()
@@ -190,8 +191,10 @@ def test_forgetting_unknown_ids_names_them_and_changes_nothing(emb, tmp_path):
         events = list(mem.events())
         for bad, named in (({"ids": [ids[1], 999]}, "999"), ({"ids": [ids[0]]}, str(ids[0])),
                            ({"source_ids": ["nope"], "ids": ids[2]}, "'nope'"), ({"ids": ["3"]}, "'3'"),
-                           ({"speaker": "Nobody"}, "'Nobody'"), ({"entity": "no such thing"}, "'no such thing'")):
-            with pytest.raises((UnknownEventError, ValueError)) as err:
+                           ({"speaker": "Nobody"}, "'Nobody'"), ({"entity": "no such thing"}, "'no such thing'"),
+                           ({"ids": np.int64(999)}, "999"), ({"ids": 1.0}, "1.0"), ({"source_ids": 5}, "[5]"),
+                           ({"before": "not a date"}, "before: cannot parse"), ({"entity": 3}, "entity must be a name")):
+            with pytest.raises((UnknownEventError, ValueError, TypeError)) as err:
                 mem.forget(**bad)
             assert named in str(err.value) and "nothing was forgotten" in str(err.value)
             assert list(mem.events()) == events and (tmp_path / "default" / WAL).read_bytes() == log

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from magma_torch import MagmaMemory, StoredEvent
+from magma_torch import MagmaMemory, QueryError, StoredEvent
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.events import UnknownEventError
@@ -312,6 +312,17 @@ def test_a_bad_question_is_one_line(emb, question):
             with pytest.raises(ValueError) as err:
                 call()
             assert "question" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_bad_question_batch_or_query_time_is_a_query_error_naming_it(emb):
+    with make_mem(emb) as mem:
+        mem.add("hello there", "2023-05-08 13:56")
+        with pytest.raises(QueryError, match="one string, not a sequence"):
+            mem.retrieve_batch("Where did she go?")              # not five questions, one per letter
+        with pytest.raises(QueryError, match="query_time: cannot parse"):
+            mem.retrieve("Where did she go?", query_time="garbage")
+        with pytest.raises(QueryError, match="query_time of question 1: cannot parse"):
+            mem.retrieve_batch(["Where?", "When?"], ["2023-05-09", "garbage"])
 
 
 def test_namespaces_lists_the_tenants(emb, tmp_path):
