@@ -96,6 +96,16 @@ def test_top_level_must_be_a_list(tmp_path):
         load_dataset("longmemeval_oracle", None)
 
 
+@pytest.mark.parametrize("head", [" " * 100 + "\n\t", "\ufeff", "\ufeff\r\n"], ids=["blanks", "bom", "bom+blank"])
+def test_a_list_after_many_blanks_or_a_byte_order_mark_loads(tmp_path, head):
+    path = tmp_path / "lme.json"
+    path.write_text(head + json.dumps(RAW), encoding="utf-8")
+    assert [s.sample_id for s in load_longmemeval(path)] == [r["question_id"] for r in RAW]
+    path.write_text(head + json.dumps(RAW[0]), encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"lme\.json: top level: expected a list"):
+        load_longmemeval(path)
+
+
 def test_malformed_file_fails_in_one_line_without_a_finished_folder(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "dataset=longmemeval_oracle",

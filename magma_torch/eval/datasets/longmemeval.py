@@ -13,6 +13,7 @@ named "answer_..."), and so does ``has_answer``. Both are read here only to fill
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-ses
                   "multi-session", "knowledge-update", "temporal-reasoning")
 ABSTENTION_SUFFIX = "_abs"
 _DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"  # "2023/12/18 (Mon) 04:17"
+_JSON_BLANKS = b" \t\r\n"  # the whitespace JSON allows between tokens
 
 
 def load_longmemeval(path: str | os.PathLike[str]) -> Iterator[Sample]:
@@ -42,11 +44,22 @@ def load_longmemeval(path: str | os.PathLike[str]) -> Iterator[Sample]:
         f = open(file, "rb")
     except OSError as e:
         raise DatasetError(f"{file}: cannot read file: {e.strerror or e}") from e
-    if not f.read(64).lstrip().startswith(b"["):
+    if not _at_json_list(f):
         f.close()
         raise DatasetError(f"{file}: top level: expected a list of question records")
-    f.seek(0)
     return _stream(f, file)
+
+
+def _at_json_list(f: BinaryIO) -> bool:
+    """Whether the JSON text of ``f`` is a list; leaves ``f`` at the start of that text, past a
+    UTF-8 byte-order mark, which ijson does not accept (leading blanks, however many, it skips)."""
+    start = len(codecs.BOM_UTF8) if f.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8 else 0
+    f.seek(start)
+    first = b""
+    while not first and (chunk := f.read(1 << 16)):
+        first = chunk.lstrip(_JSON_BLANKS)[:1]
+    f.seek(start)
+    return first == b"["
 
 
 def _stream(f: BinaryIO, file: str) -> Iterator[Sample]:
