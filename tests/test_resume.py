@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from magma_torch.eval.run_folder import TEXT_FIELDS, RunFolder, RunFolderError
+from magma_torch.files import DamagedFileError
 
 RUN = [sys.executable, "-m", "magma_torch.eval.cli", "dataset=demo", "memory=magma", "progress=false"]
 TIMING = {"retrieval_ms_per_question_batch_mean", "retrieval_ms_p50", "retrieval_ms_p95", "fast_path_s", "consolidation_s"}
@@ -79,6 +80,26 @@ def test_reopen_drops_a_torn_line_and_the_stale_finish_marker(tmp_path):
     assert (tmp_path / "predictions.jsonl").read_text().endswith("}\n")
     assert not (tmp_path / "metrics.json").exists()
     again.close()
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("garbage\n", r"predictions\.jsonl line 3: not JSON"),
+    ("[1, 2]\n", r"predictions\.jsonl line 3: expected a JSON object, got list"),
+    ('{"sample_id": "b"}\n', r"predictions\.jsonl line 3: no 'question_id'"),
+])
+def test_a_damaged_line_fails_naming_file_and_line_and_leaves_the_finished_run_as_it_was(tmp_path, damage, message):
+    folder = RunFolder(tmp_path)
+    folder.open(CFG)
+    folder.append([{"question_id": "a/q0"}, {"question_id": "a/q1"}], {"sample_id": "a"})
+    folder.close()
+    folder.finish({"n_questions": 2})
+    with (tmp_path / "predictions.jsonl").open("a") as f:
+        f.write(damage)
+    (tmp_path / "scores.jsonl").write_text((tmp_path / "scores.jsonl").read_text() + '{"question_id": "b/q0", "tru')
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(DamagedFileError, match=message):
+        RunFolder(tmp_path).open(CFG)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before     # metrics.json and the torn line kept
 
 
 ROW = {"question_id": "a/q0", "sample_id": "a", "question": "Where did Caroline move from?", "gold": "Sweden",

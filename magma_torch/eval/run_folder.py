@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from magma_torch.config.resolve import consolidation_config, saved_memory_config
 from magma_torch.errors import MagmaError
-from magma_torch.files import append_synced, read_complete_lines, write_atomic
+from magma_torch.files import append_synced, cut_torn_line, read_complete_lines, write_atomic
 
 # Settings that may change between a run and its resumption: they do not change the results.
 RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective", "task.answer_chunk",
@@ -86,8 +86,11 @@ class RunFolder:
         self.builds: dict[str, dict] = {}
 
     def open(self, cfg: DictConfig) -> None:
-        """Create or reopen the folder for ``cfg``; loads what a previous attempt finished."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        """Create or reopen the folder for ``cfg``; loads what a previous attempt finished. A damaged
+        line or another configuration fails before anything in the folder changes."""
+        builds = read_complete_lines(self.samples_path, cut=False, key="sample_id")
+        rows = read_complete_lines(self.predictions_path, cut=False, key="question_id")
+        scores = read_complete_lines(self.scores_path, cut=False, key="question_id")
         config_path = self.path / "config.yaml"
         if config_path.exists() and (self.predictions_path.exists() or self.scores_path.exists()):
             changed = differences(_comparable(OmegaConf.load(config_path)), _comparable(cfg))
@@ -97,11 +100,14 @@ class RunFolder:
                     f"{self.path} holds a run with another configuration: {'; '.join(changed[:SHOWN_CHANGES])}{more}. "
                     f"Only {', '.join(RESUMABLE_CHANGES)} may change between attempts: resume with the folder's "
                     "settings (its config.yaml) or choose a new out_dir")
+        self.path.mkdir(parents=True, exist_ok=True)
         self.metrics_path.unlink(missing_ok=True)
         write_atomic(config_path, OmegaConf.to_yaml(cfg))
-        self.builds = {b["sample_id"]: b for b in read_complete_lines(self.samples_path)}
-        rows = {r["question_id"]: r for r in read_complete_lines(self.predictions_path)}
-        scores = {r["question_id"]: r for r in read_complete_lines(self.scores_path)}
+        for path in (self.samples_path, self.predictions_path, self.scores_path):
+            cut_torn_line(path)
+        self.builds = {b["sample_id"]: b for b in builds}
+        rows = {r["question_id"]: r for r in rows}
+        scores = {r["question_id"]: r for r in scores}
         self._pred = self.predictions_path.open("a")
         self._scores = self.scores_path.open("a")
         self._samples = self.samples_path.open("a")
