@@ -117,6 +117,21 @@ def test_malformed_file_fails_in_one_line_without_a_finished_folder(tmp_path):
     assert not (out / "metrics.json").exists()
 
 
+def test_a_folder_where_nothing_finished_takes_the_corrected_command(tmp_path):
+    bad = json.loads(json.dumps(RAW))
+    bad[0]["question_date"] = "18 Dec 2023"
+    path, out = tmp_path / "lme.json", tmp_path / "run"
+    path.write_text(json.dumps(bad))
+    overrides = ["dataset=longmemeval_s", "progress=false", f"out_dir={out}"]
+    with initialize_config_module("magma_torch.conf", version_base=None):
+        failing = compose("config", overrides=[*overrides, f"dataset.path={path}"])
+        fixed = compose("config", overrides=[*overrides, f"dataset.path={FIXTURE}", "dataset.limit=1"])
+    with pytest.raises(DatasetError, match=r"record \[0\].*question_date: unparseable date"):
+        run(failing, out)
+    assert run(fixed, out)["n_questions"] == 1
+    assert OmegaConf.load(out / "config.yaml").dataset.path == str(FIXTURE)
+
+
 # ---------------------------------------------------------------- a run: metrics and what models saw
 
 

@@ -149,6 +149,7 @@ def test_a_folder_from_before_scores_gets_them_on_reopen(tmp_path):
 def test_reopen_with_another_config_is_refused(tmp_path):
     folder = RunFolder(tmp_path)
     folder.open(CFG)
+    folder.append([{"question_id": "a/q0"}], {"sample_id": "a"})
     folder.close()
     before = (tmp_path / "config.yaml").read_text()
     with pytest.raises(RunFolderError, match="holds a run with another configuration: memory.name: 'magma' -> 'bm25'. "

@@ -92,7 +92,8 @@ class RunFolder:
         rows = read_complete_lines(self.predictions_path, cut=False, key="question_id")
         scores = read_complete_lines(self.scores_path, cut=False, key="question_id")
         config_path = self.path / "config.yaml"
-        if config_path.exists() and (self.predictions_path.exists() or self.scores_path.exists()):
+        # A folder where nothing finished (an attempt that failed on its first sample) takes any configuration
+        if config_path.exists() and (builds or rows or scores):
             changed = differences(_comparable(OmegaConf.load(config_path)), _comparable(cfg))
             if changed:
                 more = f" (and {len(changed) - SHOWN_CHANGES} more)" if len(changed) > SHOWN_CHANGES else ""
