@@ -102,6 +102,27 @@ def test_a_damaged_line_fails_naming_file_and_line_and_leaves_the_finished_run_a
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before     # metrics.json and the torn line kept
 
 
+def test_config_yaml_is_resolved_and_resumes_compare_it_resolved(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAGMA_TEST_MODELS", "/models")
+    # as Hydra composes it: out_dir defaults to Hydra's run dir, other settings interpolate
+    cfg = OmegaConf.merge(CFG, {"out_dir": "${hydra:runtime.output_dir}", "reader": "${oc.env:MAGMA_TEST_MODELS}/q.gguf",
+                                "cache": "${out_dir}/cache.jsonl"})
+    folder = RunFolder(tmp_path)
+    folder.open(cfg)
+    folder.append([{"question_id": "a/q0"}], {"sample_id": "a"})
+    folder.close()
+    saved = OmegaConf.load(tmp_path / "config.yaml")
+    assert "${" not in (tmp_path / "config.yaml").read_text()
+    assert (saved.out_dir, saved.reader, saved.cache) == (str(tmp_path), "/models/q.gguf", f"{tmp_path}/cache.jsonl")
+    RunFolder(tmp_path).open(cfg)                                                # the same command again
+    RunFolder(tmp_path).open(OmegaConf.merge(cfg, {"out_dir": str(tmp_path)}))   # out_dir given, not defaulted
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(cfg))                # written unresolved, as before
+    RunFolder(tmp_path).open(cfg)
+    monkeypatch.setenv("MAGMA_TEST_MODELS", "/other")
+    with pytest.raises(RunFolderError, match="reader: '/models/q.gguf' -> '/other/q.gguf'"):
+        RunFolder(tmp_path).open(cfg)
+
+
 ROW = {"question_id": "a/q0", "sample_id": "a", "question": "Where did Caroline move from?", "gold": "Sweden",
        "prediction": "Sweden", "reader_text": "sweden", "f1": 1.0, "judge": 1, "answer_prompt_tokens": 1300}
 

@@ -38,8 +38,16 @@ class RunFolderError(MagmaError, ValueError):
     """The folder holds a run that cannot be continued with this configuration."""
 
 
-def _comparable(cfg: DictConfig) -> dict:
+def _resolved(cfg: DictConfig, folder: Path) -> dict:
+    """``cfg`` with every interpolation resolved and out_dir set to ``folder``, the run folder: the
+    default out_dir, ``${hydra:runtime.output_dir}``, resolves only inside a Hydra app."""
     c = OmegaConf.to_container(cfg, resolve=False)
+    c["out_dir"] = str(folder)
+    return OmegaConf.to_container(OmegaConf.create(c), resolve=True)
+
+
+def _comparable(cfg: DictConfig, folder: Path) -> dict:
+    c = _resolved(cfg, folder)
     # A folder written by an earlier version: settings added or removed since compare as the schema has them
     if "memory" in c:
         c["memory"] = OmegaConf.to_container(saved_memory_config(c["memory"]))
@@ -94,7 +102,8 @@ class RunFolder:
         config_path = self.path / "config.yaml"
         # A folder where nothing finished (an attempt that failed on its first sample) takes any configuration
         if config_path.exists() and (builds or rows or scores):
-            changed = differences(_comparable(OmegaConf.load(config_path)), _comparable(cfg))
+            # both resolved: a folder written before config.yaml was saved resolved compares equal too
+            changed = differences(_comparable(OmegaConf.load(config_path), self.path), _comparable(cfg, self.path))
             if changed:
                 more = f" (and {len(changed) - SHOWN_CHANGES} more)" if len(changed) > SHOWN_CHANGES else ""
                 raise RunFolderError(
@@ -103,7 +112,7 @@ class RunFolder:
                     "settings (its config.yaml) or choose a new out_dir")
         self.path.mkdir(parents=True, exist_ok=True)
         self.metrics_path.unlink(missing_ok=True)
-        write_atomic(config_path, OmegaConf.to_yaml(cfg))
+        write_atomic(config_path, OmegaConf.to_yaml(_resolved(cfg, self.path)))
         for path in (self.samples_path, self.predictions_path, self.scores_path):
             cut_torn_line(path)
         self.builds = {b["sample_id"]: b for b in builds}
