@@ -2,15 +2,18 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from magma_torch.eval.aggregate import AggregateError, aggregate
-from magma_torch.eval.datasets import DatasetError, load_demo, select_samples
+from magma_torch.eval.datasets import DatasetError, load_demo, load_longmemeval, select_samples
 from magma_torch.eval.runner import summarise_run
 from magma_torch.testing import assert_no_run
+
+DATA = Path(__file__).parent / "data"
 
 
 def test_shards_are_disjoint_and_cover_every_sample():
@@ -29,6 +32,40 @@ def test_sample_ids_and_limit():
     assert len(list(select_samples(samples, limit=2))) == 2
     with pytest.raises(DatasetError, match="no sample 'conv-404'"):
         list(select_samples(samples, sample_ids=["conv-404"]))
+
+
+def test_named_samples_are_checked_before_any_sample_is_handed_out():
+    with pytest.raises(DatasetError, match="no sample 'demo-9' in the dataset"):
+        select_samples(load_demo(), sample_ids=["demo-1", "demo-9"])
+    with pytest.raises(DatasetError, match=r"sample 'demo-2' is beyond dataset.limit=1 \(it is sample 2 of 3\)"):
+        select_samples(load_demo(), 1, ["demo-2"])
+    for bare in ("demo-1", 7, ["demo-1", 2]):
+        with pytest.raises(DatasetError, match=r"dataset.sample_ids=.*: expected a list of sample ids"):
+            select_samples(load_demo(), sample_ids=bare)
+
+
+def test_named_samples_of_a_streamed_file_are_checked_by_a_scan_of_its_ids(tmp_path):
+    raw = json.loads((DATA / "longmemeval_fixture.json").read_text())
+    broken = [*raw, {"question_id": "late", "question_type": "trivia"}]   # a record the stream would reject
+    path = tmp_path / "lme.json"
+    path.write_text(json.dumps(broken))
+    first = raw[0]["question_id"]
+    with pytest.raises(DatasetError, match="no sample 'nope' in the dataset"):
+        select_samples(load_longmemeval(path), sample_ids=[first, "nope"])
+    with pytest.raises(DatasetError, match=r"sample 'late' is beyond dataset.limit=2"):
+        select_samples(load_longmemeval(path), 2, ["late"])
+    assert [s.sample_id for s in select_samples(load_longmemeval(path), 2, [first])] == [first]
+
+
+@pytest.mark.parametrize("ids, message", [("demo-1", "dataset.sample_ids='demo-1': expected a list"),
+                                          ("[demo-1,demo-9]", "dataset.sample_ids: no sample 'demo-9'")])
+def test_bad_sample_ids_stop_magma_run_before_any_work(tmp_path, ids, message):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "dataset=demo", f"dataset.sample_ids={ids}",
+                           f"out_dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"magma-run: error: {message}")
+    assert_no_run(out)
 
 
 @pytest.mark.parametrize("bad", ["3/3", "1", "a/b", "-1/2", "0/0"])

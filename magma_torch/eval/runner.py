@@ -191,7 +191,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         total = min(len(samples), limit or len(samples))
     else:
         total = limit  # streamed: at most limit samples
-    selection = select_samples(samples, limit, sample_ids, shard)  # a bad shard fails before the folder exists
+    selection = select_samples(samples, limit, sample_ids, shard)  # a bad shard or sample id fails before the folder exists
     reader = judge = tracker = None
     folder = RunFolder(out_dir)
     try:

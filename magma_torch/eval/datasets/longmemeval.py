@@ -33,13 +33,46 @@ _DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"  # "2023/12/18 (Mon) 04:17"
 _JSON_BLANKS = b" \t\r\n"  # the whitespace JSON allows between tokens
 
 
-def load_longmemeval(path: str | os.PathLike[str]) -> Iterator[Sample]:
+def load_longmemeval(path: str | os.PathLike[str]) -> LongMemEvalFile:
     """Stream a LongMemEval JSON file (a list of question records) as samples.
 
     A missing file or a wrong top level fails here; a bad record raises DatasetError naming the
     file and the record when the stream reaches it.
     """
     file = os.fspath(path)
+    _open_list(file).close()
+    return LongMemEvalFile(file)
+
+
+class LongMemEvalFile:
+    """The samples of a LongMemEval file, streamed: each iteration reads the file afresh, one record
+    at a time, and ``sample_ids`` reads its question ids alone."""
+
+    def __init__(self, file: str):
+        self.file = file
+
+    def __iter__(self) -> Iterator[Sample]:
+        for index, raw in self._items("item"):
+            yield _sample(raw, self.file, f"record [{index}]")
+
+    def sample_ids(self) -> Iterator[str]:
+        """The question ids in file order, building no sample: what a selection by id checks up front
+        (a record without one is named when the samples are read)."""
+        for _, qid in self._items("item.question_id"):
+            yield qid
+
+    def _items(self, prefix: str) -> Iterator[tuple[int, Any]]:
+        with _open_list(self.file) as f:
+            index = -1
+            try:
+                for index, item in enumerate(ijson.items(f, prefix, use_float=True)):
+                    yield index, item
+            except ijson.JSONError as e:
+                raise DatasetError(f"{self.file}: record [{index + 1}]: invalid JSON: {e}") from e
+
+
+def _open_list(file: str) -> BinaryIO:
+    """``file`` opened at the start of its JSON text, checked to be a list."""
     try:
         f = open(file, "rb")
     except OSError as e:
@@ -47,7 +80,7 @@ def load_longmemeval(path: str | os.PathLike[str]) -> Iterator[Sample]:
     if not _at_json_list(f):
         f.close()
         raise DatasetError(f"{file}: top level: expected a list of question records")
-    return _stream(f, file)
+    return f
 
 
 def _at_json_list(f: BinaryIO) -> bool:
@@ -60,16 +93,6 @@ def _at_json_list(f: BinaryIO) -> bool:
         first = chunk.lstrip(_JSON_BLANKS)[:1]
     f.seek(start)
     return first == b"["
-
-
-def _stream(f: BinaryIO, file: str) -> Iterator[Sample]:
-    with f:
-        index = -1
-        try:
-            for index, raw in enumerate(ijson.items(f, "item", use_float=True)):
-                yield _sample(raw, file, f"record [{index}]")
-        except ijson.JSONError as e:
-            raise DatasetError(f"{file}: record [{index + 1}]: invalid JSON: {e}") from e
 
 
 def parse_date(text: str, file: str, where: str) -> datetime:
