@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from magma_torch.eval.aggregate import AggregateError, aggregate
+from magma_torch.eval.compare import paired_difference
 from magma_torch.eval.datasets import DatasetError, load_demo, load_longmemeval, select_samples
 from magma_torch.eval.runner import summarise_run
 from magma_torch.testing import assert_no_run
@@ -84,6 +85,7 @@ def test_bad_shard_stops_magma_run_before_any_work(tmp_path):
 
 
 def write_shard(folder, i, rows, cfg, edges=3):
+    rows = [{"sample_id": f"s{i}", **r} for r in rows]
     folder.mkdir(parents=True)
     OmegaConf.save(OmegaConf.merge(cfg, {"dataset": {"shard": f"{i}/2"}, "out_dir": str(folder)}),
                    folder / "config.yaml")
@@ -124,6 +126,24 @@ def test_merge_recomputes_metrics_from_rows(tmp_path, cfg):
         json.loads(x)["question_id"] for x in (merged / "predictions.jsonl").read_text().splitlines()]
     assert json.loads((merged / "metrics.json").read_text()) == m
     assert (merged / "recall_by_category.png").stat().st_size > 1000
+
+
+def test_compare_and_merge_count_what_metrics_json_counts_after_a_resume_with_a_smaller_limit(tmp_path, cfg):
+    a, b, fresh = tmp_path / "shard_0", tmp_path / "shard_1", tmp_path / "fresh"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 0.0)], cfg)
+    write_shard(fresh, 0, [row("s0/q0", 0.0)], cfg)
+    # shard_0 first ran a second sample, then was resumed with dataset.limit=1: its lines stay, uncounted
+    kept = {**row("s9/q0", 1.0), "sample_id": "s9"}
+    for name, line in (("predictions", kept), ("samples", {"sample_id": "s9", "events": 99})):
+        with (a / f"{name}.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+    for folder in (a, fresh):
+        (folder / "scores.jsonl").write_text((folder / "predictions.jsonl").read_text())
+    assert json.loads((a / "metrics.json").read_text())["sample_ids"] == ["s0"]
+    assert paired_difference(a, fresh, "recall_all@10", resamples=100)["n"] == 1
+    m = aggregate([a, b], tmp_path / "merged")
+    assert m["n_questions"] == 2 and m["build"]["events"] == 20 and m["sample_ids"] == ["s0", "s1"]
 
 
 def test_unfinished_overlapping_or_foreign_shards_are_refused(tmp_path, cfg):

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from magma_torch.errors import MagmaError
 from magma_torch.eval.plots import plot_categories
-from magma_torch.eval.run_folder import without_text
+from magma_torch.eval.run_folder import counted, without_text
 from magma_torch.eval.runner import llm_costs, summarise_run
 from magma_torch.files import write_atomic
 
@@ -44,17 +44,17 @@ def _json_lines(path: Path) -> list[dict]:
 
 
 def read_shard(folder: Path) -> tuple[dict, list[dict], list[dict]]:
-    """A finished shard's metrics, question rows and memory builds; an unfinished one (no
-    metrics.json) is an error."""
+    """A finished shard's metrics, and the question rows and memory builds it counts; an unfinished
+    one (no metrics.json) is an error."""
     for name in ("metrics.json", "predictions.jsonl", "samples.jsonl", "config.yaml"):
         if not (folder / name).is_file():
             raise AggregateError(f"{folder}: no {name} (the shard did not finish)")
     metrics = json.loads((folder / "metrics.json").read_text())
-    rows = _json_lines(folder / "predictions.jsonl")
+    rows = counted(metrics, _json_lines(folder / "predictions.jsonl"))
     if len(rows) != metrics["n_questions"]:
-        raise AggregateError(f"{folder}: predictions.jsonl has {len(rows)} rows, metrics.json counts "
-                             f"{metrics['n_questions']}")
-    return metrics, rows, _json_lines(folder / "samples.jsonl")
+        raise AggregateError(f"{folder}: predictions.jsonl has {len(rows)} rows of counted samples, metrics.json "
+                             f"counts {metrics['n_questions']}")
+    return metrics, rows, counted(metrics, _json_lines(folder / "samples.jsonl"))
 
 
 def aggregate(shards: list[Path], out: Path) -> dict:

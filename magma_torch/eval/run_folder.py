@@ -78,6 +78,15 @@ def _shown(value) -> str:
     return "(not set)" if value is _UNSET else repr(value)
 
 
+def counted(metrics: dict, lines: list[dict]) -> list[dict]:
+    """The question or build lines of a finished folder that its metrics.json counts: those of its
+    ``sample_ids`` (all of them in a folder written before metrics.json listed its samples)."""
+    if "sample_ids" not in metrics:
+        return lines
+    ids = set(metrics["sample_ids"])
+    return [line for line in lines if line["sample_id"] in ids]
+
+
 def without_text(row: dict) -> dict:
     """A question line as scores.jsonl keeps it: ``row`` without its ``TEXT_FIELDS``."""
     return {k: v for k, v in row.items() if k not in TEXT_FIELDS}
