@@ -128,6 +128,25 @@ def test_merge_recomputes_metrics_from_rows(tmp_path, cfg):
     assert (merged / "recall_by_category.png").stat().st_size > 1000
 
 
+def test_a_merge_needs_every_shard_once(tmp_path, cfg):
+    a, b = tmp_path / "shard_0", tmp_path / "shard_1"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 1.0)], cfg)
+    with pytest.raises(AggregateError, match=r"missing shard\(s\) 1/2: .* 1 of 2 shards"):
+        aggregate([a], tmp_path / "m1")
+    with pytest.raises(AggregateError, match=r"shard_0: shard 0/2 again \(also .*shard_0\)"):
+        aggregate([a, b, a], tmp_path / "m2")
+    c = tmp_path / "shard_3"
+    write_shard(c, 0, [row("s3/q0", 1.0)], cfg)
+    OmegaConf.save(OmegaConf.merge(cfg, {"dataset": {"shard": "2/3"}}), c / "config.yaml")
+    with pytest.raises(AggregateError, match=r"shards of different splits \(n = 2, 3\)"):
+        aggregate([a, b, c], tmp_path / "m3")
+    OmegaConf.save(cfg, c / "config.yaml")                     # dataset.shard: null
+    with pytest.raises(AggregateError, match=r"shard_3: no dataset.shard, unlike the other folders"):
+        aggregate([a, b, c], tmp_path / "m4")
+    assert not any((tmp_path / f"m{i}").exists() for i in range(1, 5))
+
+
 def test_compare_and_merge_count_what_metrics_json_counts_after_a_resume_with_a_smaller_limit(tmp_path, cfg):
     a, b, fresh = tmp_path / "shard_0", tmp_path / "shard_1", tmp_path / "fresh"
     write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
