@@ -9,6 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from magma_torch.errors import MagmaError
+
+
+class DamagedFileError(MagmaError, ValueError):
+    """A whole line of a JSON-lines file is not the JSON object it should be; the message names the
+    file and the line."""
+
 
 def write_synced(path: Path, data: bytes) -> None:
     """Write ``path`` and fsync it before returning."""
@@ -53,16 +60,41 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         f.write(text)
 
 
-def read_complete_lines(path: Path, cut: bool = True) -> list[dict]:
+def read_complete_lines(path: Path, cut: bool = True, key: str | None = None) -> list[dict]:
     """The JSON lines of ``path`` that were written whole (none when it does not exist); with
-    ``cut`` the file is cut back to them, so that the next append starts a line of its own."""
+    ``cut`` the file is then cut back to them (``cut_torn_line``). A whole line that is not a JSON
+    object, or lacks ``key`` when one is given, raises DamagedFileError before anything is cut."""
     if not path.exists():
         return []
     data = path.read_bytes()
-    keep = data[: data.rfind(b"\n") + 1]  # a kill mid-write leaves a last line without its newline
-    if cut and len(keep) != len(data):
-        path.write_bytes(keep)
-    return [json.loads(line) for line in keep.splitlines() if line.strip()]
+    whole = data[: data.rfind(b"\n") + 1]
+    lines = [_json_object(line, path, number, key) for number, line in enumerate(whole.splitlines(), 1)
+             if line.strip()]
+    if cut:
+        cut_torn_line(path)
+    return lines
+
+
+def _json_object(line: bytes, path: Path, number: int, key: str | None) -> dict:
+    try:
+        value = json.loads(line)
+    except ValueError as e:   # invalid JSON or invalid UTF-8
+        raise DamagedFileError(f"{path} line {number}: not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise DamagedFileError(f"{path} line {number}: expected a JSON object, got {type(value).__name__}")
+    if key is not None and key not in value:
+        raise DamagedFileError(f"{path} line {number}: no {key!r}")
+    return value
+
+
+def cut_torn_line(path: Path) -> None:
+    """Cut ``path`` back to its last newline: a kill mid-write leaves a last line without one, and
+    the next append must start a line of its own."""
+    if not path.exists():
+        return
+    whole = path.read_bytes().rfind(b"\n") + 1
+    if whole != path.stat().st_size:
+        os.truncate(path, whole)
 
 
 def append_synced(f: TextIO, lines: list[dict]) -> None:

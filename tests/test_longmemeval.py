@@ -96,6 +96,16 @@ def test_top_level_must_be_a_list(tmp_path):
         load_dataset("longmemeval_oracle", None)
 
 
+@pytest.mark.parametrize("head", [" " * 100 + "\n\t", "\ufeff", "\ufeff\r\n"], ids=["blanks", "bom", "bom+blank"])
+def test_a_list_after_many_blanks_or_a_byte_order_mark_loads(tmp_path, head):
+    path = tmp_path / "lme.json"
+    path.write_text(head + json.dumps(RAW), encoding="utf-8")
+    assert [s.sample_id for s in load_longmemeval(path)] == [r["question_id"] for r in RAW]
+    path.write_text(head + json.dumps(RAW[0]), encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"lme\.json: top level: expected a list"):
+        load_longmemeval(path)
+
+
 def test_malformed_file_fails_in_one_line_without_a_finished_folder(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "dataset=longmemeval_oracle",
@@ -105,6 +115,21 @@ def test_malformed_file_fails_in_one_line_without_a_finished_folder(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("magma-run: error: ") and "longmemeval_malformed.json: record [1] (question_id q_update_1)" in last
     assert not (out / "metrics.json").exists()
+
+
+def test_a_folder_where_nothing_finished_takes_the_corrected_command(tmp_path):
+    bad = json.loads(json.dumps(RAW))
+    bad[0]["question_date"] = "18 Dec 2023"
+    path, out = tmp_path / "lme.json", tmp_path / "run"
+    path.write_text(json.dumps(bad))
+    overrides = ["dataset=longmemeval_s", "progress=false", f"out_dir={out}"]
+    with initialize_config_module("magma_torch.conf", version_base=None):
+        failing = compose("config", overrides=[*overrides, f"dataset.path={path}"])
+        fixed = compose("config", overrides=[*overrides, f"dataset.path={FIXTURE}", "dataset.limit=1"])
+    with pytest.raises(DatasetError, match=r"record \[0\].*question_date: unparseable date"):
+        run(failing, out)
+    assert run(fixed, out)["n_questions"] == 1
+    assert OmegaConf.load(out / "config.yaml").dataset.path == str(FIXTURE)
 
 
 # ---------------------------------------------------------------- a run: metrics and what models saw

@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from magma_torch.eval.run_folder import TEXT_FIELDS, RunFolder, RunFolderError
+from magma_torch.files import DamagedFileError
 
 RUN = [sys.executable, "-m", "magma_torch.eval.cli", "dataset=demo", "memory=magma", "progress=false"]
 TIMING = {"retrieval_ms_per_question_batch_mean", "retrieval_ms_p50", "retrieval_ms_p95", "fast_path_s", "consolidation_s"}
@@ -81,6 +82,47 @@ def test_reopen_drops_a_torn_line_and_the_stale_finish_marker(tmp_path):
     again.close()
 
 
+@pytest.mark.parametrize("damage, message", [
+    ("garbage\n", r"predictions\.jsonl line 3: not JSON"),
+    ("[1, 2]\n", r"predictions\.jsonl line 3: expected a JSON object, got list"),
+    ('{"sample_id": "b"}\n', r"predictions\.jsonl line 3: no 'question_id'"),
+])
+def test_a_damaged_line_fails_naming_file_and_line_and_leaves_the_finished_run_as_it_was(tmp_path, damage, message):
+    folder = RunFolder(tmp_path)
+    folder.open(CFG)
+    folder.append([{"question_id": "a/q0"}, {"question_id": "a/q1"}], {"sample_id": "a"})
+    folder.close()
+    folder.finish({"n_questions": 2})
+    with (tmp_path / "predictions.jsonl").open("a") as f:
+        f.write(damage)
+    (tmp_path / "scores.jsonl").write_text((tmp_path / "scores.jsonl").read_text() + '{"question_id": "b/q0", "tru')
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(DamagedFileError, match=message):
+        RunFolder(tmp_path).open(CFG)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before     # metrics.json and the torn line kept
+
+
+def test_config_yaml_is_resolved_and_resumes_compare_it_resolved(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAGMA_TEST_MODELS", "/models")
+    # as Hydra composes it: out_dir defaults to Hydra's run dir, other settings interpolate
+    cfg = OmegaConf.merge(CFG, {"out_dir": "${hydra:runtime.output_dir}", "reader": "${oc.env:MAGMA_TEST_MODELS}/q.gguf",
+                                "cache": "${out_dir}/cache.jsonl"})
+    folder = RunFolder(tmp_path)
+    folder.open(cfg)
+    folder.append([{"question_id": "a/q0"}], {"sample_id": "a"})
+    folder.close()
+    saved = OmegaConf.load(tmp_path / "config.yaml")
+    assert "${" not in (tmp_path / "config.yaml").read_text()
+    assert (saved.out_dir, saved.reader, saved.cache) == (str(tmp_path), "/models/q.gguf", f"{tmp_path}/cache.jsonl")
+    RunFolder(tmp_path).open(cfg)                                                # the same command again
+    RunFolder(tmp_path).open(OmegaConf.merge(cfg, {"out_dir": str(tmp_path)}))   # out_dir given, not defaulted
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(cfg))                # written unresolved, as before
+    RunFolder(tmp_path).open(cfg)
+    monkeypatch.setenv("MAGMA_TEST_MODELS", "/other")
+    with pytest.raises(RunFolderError, match="reader: '/models/q.gguf' -> '/other/q.gguf'"):
+        RunFolder(tmp_path).open(cfg)
+
+
 ROW = {"question_id": "a/q0", "sample_id": "a", "question": "Where did Caroline move from?", "gold": "Sweden",
        "prediction": "Sweden", "reader_text": "sweden", "f1": 1.0, "judge": 1, "answer_prompt_tokens": 1300}
 
@@ -128,6 +170,7 @@ def test_a_folder_from_before_scores_gets_them_on_reopen(tmp_path):
 def test_reopen_with_another_config_is_refused(tmp_path):
     folder = RunFolder(tmp_path)
     folder.open(CFG)
+    folder.append([{"question_id": "a/q0"}], {"sample_id": "a"})
     folder.close()
     before = (tmp_path / "config.yaml").read_text()
     with pytest.raises(RunFolderError, match="holds a run with another configuration: memory.name: 'magma' -> 'bm25'. "

@@ -2,15 +2,19 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from magma_torch.eval.aggregate import AggregateError, aggregate
-from magma_torch.eval.datasets import DatasetError, load_demo, select_samples
+from magma_torch.eval.compare import paired_difference
+from magma_torch.eval.datasets import DatasetError, load_demo, load_longmemeval, select_samples
 from magma_torch.eval.runner import summarise_run
 from magma_torch.testing import assert_no_run
+
+DATA = Path(__file__).parent / "data"
 
 
 def test_shards_are_disjoint_and_cover_every_sample():
@@ -31,6 +35,40 @@ def test_sample_ids_and_limit():
         list(select_samples(samples, sample_ids=["conv-404"]))
 
 
+def test_named_samples_are_checked_before_any_sample_is_handed_out():
+    with pytest.raises(DatasetError, match="no sample 'demo-9' in the dataset"):
+        select_samples(load_demo(), sample_ids=["demo-1", "demo-9"])
+    with pytest.raises(DatasetError, match=r"sample 'demo-2' is beyond dataset.limit=1 \(it is sample 2 of 3\)"):
+        select_samples(load_demo(), 1, ["demo-2"])
+    for bare in ("demo-1", 7, ["demo-1", 2]):
+        with pytest.raises(DatasetError, match=r"dataset.sample_ids=.*: expected a list of sample ids"):
+            select_samples(load_demo(), sample_ids=bare)
+
+
+def test_named_samples_of_a_streamed_file_are_checked_by_a_scan_of_its_ids(tmp_path):
+    raw = json.loads((DATA / "longmemeval_fixture.json").read_text())
+    broken = [*raw, {"question_id": "late", "question_type": "trivia"}]   # a record the stream would reject
+    path = tmp_path / "lme.json"
+    path.write_text(json.dumps(broken))
+    first = raw[0]["question_id"]
+    with pytest.raises(DatasetError, match="no sample 'nope' in the dataset"):
+        select_samples(load_longmemeval(path), sample_ids=[first, "nope"])
+    with pytest.raises(DatasetError, match=r"sample 'late' is beyond dataset.limit=2"):
+        select_samples(load_longmemeval(path), 2, ["late"])
+    assert [s.sample_id for s in select_samples(load_longmemeval(path), 2, [first])] == [first]
+
+
+@pytest.mark.parametrize("ids, message", [("demo-1", "dataset.sample_ids='demo-1': expected a list"),
+                                          ("[demo-1,demo-9]", "dataset.sample_ids: no sample 'demo-9'")])
+def test_bad_sample_ids_stop_magma_run_before_any_work(tmp_path, ids, message):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "dataset=demo", f"dataset.sample_ids={ids}",
+                           f"out_dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"magma-run: error: {message}")
+    assert_no_run(out)
+
+
 @pytest.mark.parametrize("bad", ["3/3", "1", "a/b", "-1/2", "0/0"])
 def test_bad_shard_names_the_setting(bad):
     with pytest.raises(DatasetError, match="dataset.shard"):
@@ -47,6 +85,7 @@ def test_bad_shard_stops_magma_run_before_any_work(tmp_path):
 
 
 def write_shard(folder, i, rows, cfg, edges=3):
+    rows = [{"sample_id": f"s{i}", **r} for r in rows]
     folder.mkdir(parents=True)
     OmegaConf.save(OmegaConf.merge(cfg, {"dataset": {"shard": f"{i}/2"}, "out_dir": str(folder)}),
                    folder / "config.yaml")
@@ -87,6 +126,43 @@ def test_merge_recomputes_metrics_from_rows(tmp_path, cfg):
         json.loads(x)["question_id"] for x in (merged / "predictions.jsonl").read_text().splitlines()]
     assert json.loads((merged / "metrics.json").read_text()) == m
     assert (merged / "recall_by_category.png").stat().st_size > 1000
+
+
+def test_a_merge_needs_every_shard_once(tmp_path, cfg):
+    a, b = tmp_path / "shard_0", tmp_path / "shard_1"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 1.0)], cfg)
+    with pytest.raises(AggregateError, match=r"missing shard\(s\) 1/2: .* 1 of 2 shards"):
+        aggregate([a], tmp_path / "m1")
+    with pytest.raises(AggregateError, match=r"shard_0: shard 0/2 again \(also .*shard_0\)"):
+        aggregate([a, b, a], tmp_path / "m2")
+    c = tmp_path / "shard_3"
+    write_shard(c, 0, [row("s3/q0", 1.0)], cfg)
+    OmegaConf.save(OmegaConf.merge(cfg, {"dataset": {"shard": "2/3"}}), c / "config.yaml")
+    with pytest.raises(AggregateError, match=r"shards of different splits \(n = 2, 3\)"):
+        aggregate([a, b, c], tmp_path / "m3")
+    OmegaConf.save(cfg, c / "config.yaml")                     # dataset.shard: null
+    with pytest.raises(AggregateError, match=r"shard_3: no dataset.shard, unlike the other folders"):
+        aggregate([a, b, c], tmp_path / "m4")
+    assert not any((tmp_path / f"m{i}").exists() for i in range(1, 5))
+
+
+def test_compare_and_merge_count_what_metrics_json_counts_after_a_resume_with_a_smaller_limit(tmp_path, cfg):
+    a, b, fresh = tmp_path / "shard_0", tmp_path / "shard_1", tmp_path / "fresh"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 0.0)], cfg)
+    write_shard(fresh, 0, [row("s0/q0", 0.0)], cfg)
+    # shard_0 first ran a second sample, then was resumed with dataset.limit=1: its lines stay, uncounted
+    kept = {**row("s9/q0", 1.0), "sample_id": "s9"}
+    for name, line in (("predictions", kept), ("samples", {"sample_id": "s9", "events": 99})):
+        with (a / f"{name}.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+    for folder in (a, fresh):
+        (folder / "scores.jsonl").write_text((folder / "predictions.jsonl").read_text())
+    assert json.loads((a / "metrics.json").read_text())["sample_ids"] == ["s0"]
+    assert paired_difference(a, fresh, "recall_all@10", resamples=100)["n"] == 1
+    m = aggregate([a, b], tmp_path / "merged")
+    assert m["n_questions"] == 2 and m["build"]["events"] == 20 and m["sample_ids"] == ["s0", "s1"]
 
 
 def test_unfinished_overlapping_or_foreign_shards_are_refused(tmp_path, cfg):

@@ -1,10 +1,10 @@
 """magma-aggregate: merge the run folders of one sharded experiment into one run folder.
 
 A Slurm array runs one shard per task (``dataset.shard=i/n``), each into its own folder;
-this step (a dependency job) checks that every shard finished with the same configuration and
-disjoint questions, then writes the merged ``predictions.jsonl`` and ``scores.jsonl``,
-``metrics.json`` (recomputed from the per-question rows, build counters summed), ``config.yaml``
-and the plot.
+this step (a dependency job) checks that every shard is there (shards 0..n-1, each once) and
+finished with the same configuration and disjoint questions, then writes the merged
+``predictions.jsonl`` and ``scores.jsonl``, ``metrics.json`` (recomputed from the per-question
+rows, build counters summed), ``config.yaml`` and the plot.
 
     magma-aggregate --out RUN_DIR SHARD_DIR [SHARD_DIR ...]
 """
@@ -16,11 +16,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from magma_torch.errors import MagmaError
+from magma_torch.eval.datasets import parse_shard
 from magma_torch.eval.plots import plot_categories
-from magma_torch.eval.run_folder import without_text
+from magma_torch.eval.run_folder import counted, without_text
 from magma_torch.eval.runner import llm_costs, summarise_run
 from magma_torch.files import write_atomic
 
@@ -32,11 +33,38 @@ class AggregateError(MagmaError, ValueError):
     """Shard folders that cannot be merged; the message names the folder."""
 
 
-def _shard_config(folder: Path):
+def _shard_config(folder: Path) -> tuple[DictConfig, str | None]:
+    """The folder's config with the PER_SHARD settings blanked, and its dataset.shard."""
     cfg = OmegaConf.load(folder / "config.yaml")
-    for key in PER_SHARD:   # (out_dir holds a ${hydra:...} interpolation: set, never resolved)
+    shard = OmegaConf.select(cfg, "dataset.shard")
+    # (folders written before config.yaml was resolved hold out_dir: ${hydra:...}: set, never resolved)
+    for key in PER_SHARD:
         OmegaConf.update(cfg, key, None, force_add=True)
-    return cfg
+    return cfg, shard
+
+
+def _check_every_shard(folders: list[Path], shards: list[str | None]) -> None:
+    """Folders run with dataset.shard=i/n must be shards 0..n-1 of one n, each once: a merge of
+    some of them would look like a finished run over the whole dataset. Folders split by
+    dataset.sample_ids instead (no dataset.shard) carry nothing to check this by."""
+    if all(s is None for s in shards):
+        return
+    index: dict[int, Path] = {}
+    counts = set()
+    for folder, shard in zip(folders, shards):
+        if shard is None:
+            raise AggregateError(f"{folder}: no dataset.shard, unlike the other folders: not a shard of the same run")
+        i, n = parse_shard(shard)
+        if i in index:
+            raise AggregateError(f"{folder}: shard {i}/{n} again (also {index[i]})")
+        index[i] = folder
+        counts.add(n)
+    if len(counts) > 1:
+        raise AggregateError(f"the folders are shards of different splits (n = {', '.join(map(str, sorted(counts)))})")
+    missing = [f"{i}/{n}" for i in range(n) if i not in index]
+    if missing:
+        raise AggregateError(f"missing shard(s) {', '.join(missing)}: merge every shard's folder, or the merged "
+                             f"run would count {len(index)} of {n} shards")
 
 
 def _json_lines(path: Path) -> list[dict]:
@@ -44,29 +72,30 @@ def _json_lines(path: Path) -> list[dict]:
 
 
 def read_shard(folder: Path) -> tuple[dict, list[dict], list[dict]]:
-    """A finished shard's metrics, question rows and memory builds; an unfinished one (no
-    metrics.json) is an error."""
+    """A finished shard's metrics, and the question rows and memory builds it counts; an unfinished
+    one (no metrics.json) is an error."""
     for name in ("metrics.json", "predictions.jsonl", "samples.jsonl", "config.yaml"):
         if not (folder / name).is_file():
             raise AggregateError(f"{folder}: no {name} (the shard did not finish)")
     metrics = json.loads((folder / "metrics.json").read_text())
-    rows = _json_lines(folder / "predictions.jsonl")
+    rows = counted(metrics, _json_lines(folder / "predictions.jsonl"))
     if len(rows) != metrics["n_questions"]:
-        raise AggregateError(f"{folder}: predictions.jsonl has {len(rows)} rows, metrics.json counts "
-                             f"{metrics['n_questions']}")
-    return metrics, rows, _json_lines(folder / "samples.jsonl")
+        raise AggregateError(f"{folder}: predictions.jsonl has {len(rows)} rows of counted samples, metrics.json "
+                             f"counts {metrics['n_questions']}")
+    return metrics, rows, counted(metrics, _json_lines(folder / "samples.jsonl"))
 
 
 def aggregate(shards: list[Path], out: Path) -> dict:
     """Merge ``shards`` into ``out``; returns the merged metrics."""
     if not shards:
         raise AggregateError("no shard folders given")
-    first_cfg = _shard_config(shards[0])
-    parts = []
-    for folder in shards:
-        if _shard_config(folder) != first_cfg:
+    configs = [_shard_config(folder) for folder in shards]
+    first_cfg = configs[0][0]
+    for folder, (cfg, _) in zip(shards, configs):
+        if cfg != first_cfg:
             raise AggregateError(f"{folder}: its config.yaml differs from {shards[0]} beyond {', '.join(PER_SHARD)}")
-        parts.append(read_shard(folder))
+    _check_every_shard(shards, [shard for _, shard in configs])
+    parts = [read_shard(folder) for folder in shards]
     rows = [r for _, shard_rows, _ in parts for r in shard_rows]
     seen = Counter(r["question_id"] for r in rows)
     twice = [q for q, c in seen.items() if c > 1]

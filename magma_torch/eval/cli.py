@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from magma_torch.config import group_options
 from magma_torch.config.resolve import ConfigError, consolidation_config, memory_config
 from magma_torch.errors import MagmaError
-from magma_torch.eval.datasets import check_limit
+from magma_torch.eval.datasets import check_limit, check_sample_ids
 from magma_torch.eval.overrides import OverrideError, check_overrides
 from magma_torch.llm.prompts import check_answer_prompt
 
@@ -47,8 +47,8 @@ def consolidates_with_reader(cfg: DictConfig) -> bool:
 
 def check_run_config(cfg: DictConfig) -> None:
     """What a run's config must hold beyond its schema, checked before any work (ConfigError,
-    DatasetError): an llm where the task or the consolidation needs one, a usable answer chunk
-    and dataset limit, and no key a ``+key=value`` override added outside the schema."""
+    DatasetError): an llm where the task or the consolidation needs one, a usable answer chunk,
+    dataset limit and list of sample ids, and no key a ``+key=value`` override added outside the schema."""
     qa = cfg.task.name == "qa"
     has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
     for needed, what in ((qa, "task=qa"), (consolidates_with_reader(cfg), "consolidation=llm")):
@@ -59,6 +59,7 @@ def check_run_config(cfg: DictConfig) -> None:
     if qa and not (isinstance(cfg.task.get("answer_chunk"), int) and cfg.task.answer_chunk >= 1):
         raise ConfigError(f"task.answer_chunk must be a whole number >= 1, got {cfg.task.get('answer_chunk')!r}")
     check_limit(cfg.dataset.get("limit"))   # before the dataset is read
+    check_sample_ids(cfg.dataset.get("sample_ids"))
     # Composed against their schema already, but a `+key=value` override adds a key the schema lacks
     memory_config(cfg.memory)
     consolidation_config(cfg.consolidation)

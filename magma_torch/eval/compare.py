@@ -7,6 +7,7 @@ from pathlib import Path
 
 from magma_torch.errors import MagmaError
 from magma_torch.eval.qa_metrics import paired_bootstrap
+from magma_torch.eval.run_folder import counted
 
 # left out as in metrics.json's `overall`: their F1 is LoCoMo's abstention rule, reported apart
 EXCLUDED = {"adversarial"}
@@ -18,7 +19,7 @@ class CompareError(MagmaError, ValueError):
 
 def read_scores(folder: Path) -> dict[str, dict]:
     """The question rows of a finished run (one with metrics.json) as its scores.jsonl keeps them
-    (the committed, text-free copy of predictions.jsonl), by question id."""
+    (the committed, text-free copy of predictions.jsonl), by question id: those metrics.json counts."""
     folder = Path(folder)
     if not (folder / "metrics.json").is_file():
         raise CompareError(f"{folder}: no metrics.json (not a finished run)")
@@ -26,7 +27,8 @@ def read_scores(folder: Path) -> dict[str, dict]:
     if not path.is_file():
         raise CompareError(f"{folder}: no scores.jsonl; rerun its magma-run command (same out_dir), which "
                            "writes it from predictions.jsonl")
-    return {r["question_id"]: r for r in map(json.loads, path.read_text().splitlines()) if r}
+    rows = [r for r in map(json.loads, path.read_text().splitlines()) if r]
+    return {r["question_id"]: r for r in counted(json.loads((folder / "metrics.json").read_text()), rows)}
 
 
 def paired_difference(folder_a: Path, folder_b: Path, key: str = "f1", resamples: int = 10_000,

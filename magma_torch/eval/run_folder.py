@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from magma_torch.config.resolve import consolidation_config, saved_memory_config
 from magma_torch.errors import MagmaError
-from magma_torch.files import append_synced, read_complete_lines, write_atomic
+from magma_torch.files import append_synced, cut_torn_line, read_complete_lines, write_atomic
 
 # Settings that may change between a run and its resumption: they do not change the results.
 RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective", "task.answer_chunk",
@@ -38,8 +38,16 @@ class RunFolderError(MagmaError, ValueError):
     """The folder holds a run that cannot be continued with this configuration."""
 
 
-def _comparable(cfg: DictConfig) -> dict:
+def _resolved(cfg: DictConfig, folder: Path) -> dict:
+    """``cfg`` with every interpolation resolved and out_dir set to ``folder``, the run folder: the
+    default out_dir, ``${hydra:runtime.output_dir}``, resolves only inside a Hydra app."""
     c = OmegaConf.to_container(cfg, resolve=False)
+    c["out_dir"] = str(folder)
+    return OmegaConf.to_container(OmegaConf.create(c), resolve=True)
+
+
+def _comparable(cfg: DictConfig, folder: Path) -> dict:
+    c = _resolved(cfg, folder)
     # A folder written by an earlier version: settings added or removed since compare as the schema has them
     if "memory" in c:
         c["memory"] = OmegaConf.to_container(saved_memory_config(c["memory"]))
@@ -70,6 +78,15 @@ def _shown(value) -> str:
     return "(not set)" if value is _UNSET else repr(value)
 
 
+def counted(metrics: dict, lines: list[dict]) -> list[dict]:
+    """The question or build lines of a finished folder that its metrics.json counts: those of its
+    ``sample_ids`` (all of them in a folder written before metrics.json listed its samples)."""
+    if "sample_ids" not in metrics:
+        return lines
+    ids = set(metrics["sample_ids"])
+    return [line for line in lines if line["sample_id"] in ids]
+
+
 def without_text(row: dict) -> dict:
     """A question line as scores.jsonl keeps it: ``row`` without its ``TEXT_FIELDS``."""
     return {k: v for k, v in row.items() if k not in TEXT_FIELDS}
@@ -86,22 +103,30 @@ class RunFolder:
         self.builds: dict[str, dict] = {}
 
     def open(self, cfg: DictConfig) -> None:
-        """Create or reopen the folder for ``cfg``; loads what a previous attempt finished."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        """Create or reopen the folder for ``cfg``; loads what a previous attempt finished. A damaged
+        line or another configuration fails before anything in the folder changes."""
+        builds = read_complete_lines(self.samples_path, cut=False, key="sample_id")
+        rows = read_complete_lines(self.predictions_path, cut=False, key="question_id")
+        scores = read_complete_lines(self.scores_path, cut=False, key="question_id")
         config_path = self.path / "config.yaml"
-        if config_path.exists() and (self.predictions_path.exists() or self.scores_path.exists()):
-            changed = differences(_comparable(OmegaConf.load(config_path)), _comparable(cfg))
+        # A folder where nothing finished (an attempt that failed on its first sample) takes any configuration
+        if config_path.exists() and (builds or rows or scores):
+            # both resolved: a folder written before config.yaml was saved resolved compares equal too
+            changed = differences(_comparable(OmegaConf.load(config_path), self.path), _comparable(cfg, self.path))
             if changed:
                 more = f" (and {len(changed) - SHOWN_CHANGES} more)" if len(changed) > SHOWN_CHANGES else ""
                 raise RunFolderError(
                     f"{self.path} holds a run with another configuration: {'; '.join(changed[:SHOWN_CHANGES])}{more}. "
                     f"Only {', '.join(RESUMABLE_CHANGES)} may change between attempts: resume with the folder's "
                     "settings (its config.yaml) or choose a new out_dir")
+        self.path.mkdir(parents=True, exist_ok=True)
         self.metrics_path.unlink(missing_ok=True)
-        write_atomic(config_path, OmegaConf.to_yaml(cfg))
-        self.builds = {b["sample_id"]: b for b in read_complete_lines(self.samples_path)}
-        rows = {r["question_id"]: r for r in read_complete_lines(self.predictions_path)}
-        scores = {r["question_id"]: r for r in read_complete_lines(self.scores_path)}
+        write_atomic(config_path, OmegaConf.to_yaml(_resolved(cfg, self.path)))
+        for path in (self.samples_path, self.predictions_path, self.scores_path):
+            cut_torn_line(path)
+        self.builds = {b["sample_id"]: b for b in builds}
+        rows = {r["question_id"]: r for r in rows}
+        scores = {r["question_id"]: r for r in scores}
         self._pred = self.predictions_path.open("a")
         self._scores = self.scores_path.open("a")
         self._samples = self.samples_path.open("a")

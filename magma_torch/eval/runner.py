@@ -191,7 +191,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         total = min(len(samples), limit or len(samples))
     else:
         total = limit  # streamed: at most limit samples
-    selection = select_samples(samples, limit, sample_ids, shard)  # a bad shard fails before the folder exists
+    selection = select_samples(samples, limit, sample_ids, shard)  # a bad shard or sample id fails before the folder exists
     reader = judge = tracker = None
     folder = RunFolder(out_dir)
     try:
@@ -344,7 +344,10 @@ def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader,
         return sum(b[key] for b in builds)
 
     keys = recall_keys(cfg.task, rows)
+    # sample_ids: the samples counted, so that readers of the folder's lines (compare, magma-aggregate)
+    # leave out what a resume with a smaller dataset.limit kept but does not count
     metrics = {"dataset": cfg.dataset.name, "memory": cfg.memory.name, "n_questions": len(rows),
+               "sample_ids": [b["sample_id"] for b in builds],
                "overall": summarise([r for r in rows if r["category"] not in RECALL_EXCLUDED], cfg.task, keys),
                "by_category": {c: summarise([r for r in rows if r["category"] == c], cfg.task, keys)
                                for c in dataset_categories(cfg.dataset.name)},

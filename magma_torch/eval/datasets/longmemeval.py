@@ -13,6 +13,7 @@ named "answer_..."), and so does ``has_answer``. Both are read here only to fill
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 from collections.abc import Iterator
@@ -29,34 +30,69 @@ QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-ses
                   "multi-session", "knowledge-update", "temporal-reasoning")
 ABSTENTION_SUFFIX = "_abs"
 _DATE_FORMAT = "%Y/%m/%d (%a) %H:%M"  # "2023/12/18 (Mon) 04:17"
+_JSON_BLANKS = b" \t\r\n"  # the whitespace JSON allows between tokens
 
 
-def load_longmemeval(path: str | os.PathLike[str]) -> Iterator[Sample]:
+def load_longmemeval(path: str | os.PathLike[str]) -> LongMemEvalFile:
     """Stream a LongMemEval JSON file (a list of question records) as samples.
 
     A missing file or a wrong top level fails here; a bad record raises DatasetError naming the
     file and the record when the stream reaches it.
     """
     file = os.fspath(path)
+    _open_list(file).close()
+    return LongMemEvalFile(file)
+
+
+class LongMemEvalFile:
+    """The samples of a LongMemEval file, streamed: each iteration reads the file afresh, one record
+    at a time, and ``sample_ids`` reads its question ids alone."""
+
+    def __init__(self, file: str):
+        self.file = file
+
+    def __iter__(self) -> Iterator[Sample]:
+        for index, raw in self._items("item"):
+            yield _sample(raw, self.file, f"record [{index}]")
+
+    def sample_ids(self) -> Iterator[str]:
+        """The question ids in file order, building no sample: what a selection by id checks up front
+        (a record without one is named when the samples are read)."""
+        for _, qid in self._items("item.question_id"):
+            yield qid
+
+    def _items(self, prefix: str) -> Iterator[tuple[int, Any]]:
+        with _open_list(self.file) as f:
+            index = -1
+            try:
+                for index, item in enumerate(ijson.items(f, prefix, use_float=True)):
+                    yield index, item
+            except ijson.JSONError as e:
+                raise DatasetError(f"{self.file}: record [{index + 1}]: invalid JSON: {e}") from e
+
+
+def _open_list(file: str) -> BinaryIO:
+    """``file`` opened at the start of its JSON text, checked to be a list."""
     try:
         f = open(file, "rb")
     except OSError as e:
         raise DatasetError(f"{file}: cannot read file: {e.strerror or e}") from e
-    if not f.read(64).lstrip().startswith(b"["):
+    if not _at_json_list(f):
         f.close()
         raise DatasetError(f"{file}: top level: expected a list of question records")
-    f.seek(0)
-    return _stream(f, file)
+    return f
 
 
-def _stream(f: BinaryIO, file: str) -> Iterator[Sample]:
-    with f:
-        index = -1
-        try:
-            for index, raw in enumerate(ijson.items(f, "item", use_float=True)):
-                yield _sample(raw, file, f"record [{index}]")
-        except ijson.JSONError as e:
-            raise DatasetError(f"{file}: record [{index + 1}]: invalid JSON: {e}") from e
+def _at_json_list(f: BinaryIO) -> bool:
+    """Whether the JSON text of ``f`` is a list; leaves ``f`` at the start of that text, past a
+    UTF-8 byte-order mark, which ijson does not accept (leading blanks, however many, it skips)."""
+    start = len(codecs.BOM_UTF8) if f.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8 else 0
+    f.seek(start)
+    first = b""
+    while not first and (chunk := f.read(1 << 16)):
+        first = chunk.lstrip(_JSON_BLANKS)[:1]
+    f.seek(start)
+    return first == b"["
 
 
 def parse_date(text: str, file: str, where: str) -> datetime:

@@ -2,7 +2,7 @@
 
 Shards let a Slurm array run one conversation (or a slice of LongMemEval questions) per task;
 `magma-aggregate` merges the shard run folders back into one. Selection is lazy, so a streamed
-dataset stays streamed.
+dataset stays streamed; named samples are checked up front (a streamed file scans its ids).
 """
 from __future__ import annotations
 
@@ -29,29 +29,39 @@ def check_limit(limit) -> None:
         raise DatasetError(f"dataset.limit={limit!r}: expected a positive number of samples, or null for all of them")
 
 
-def select_samples(samples: Iterable[Sample], limit: int | None = None, sample_ids: Sequence[str] | None = None,
-                   shard: str | None = None) -> Iterator[Sample]:
+def check_sample_ids(sample_ids) -> None:
+    """``dataset.sample_ids``: None (every sample) or a list of sample ids; a bare string would be
+    taken for the list of its characters."""
+    if sample_ids is not None and (isinstance(sample_ids, str) or not isinstance(sample_ids, Sequence)
+                                   or not all(isinstance(s, str) for s in sample_ids)):
+        raise DatasetError(f"dataset.sample_ids={sample_ids!r}: expected a list of sample ids (strings), "
+                           "e.g. dataset.sample_ids=[conv-26]")
+
+
+def select_samples(samples: Sequence[Sample] | Iterable[Sample], limit: int | None = None,
+                   sample_ids: Sequence[str] | None = None, shard: str | None = None) -> Iterator[Sample]:
     """``limit`` first, then ``sample_ids`` (in dataset order), then shard i of n: every n-th
     selected sample starting at i, so shards are disjoint, cover everything and differ in size by
-    at most 1. A bad shard fails here; a named sample the data lacks, when the samples run out."""
+    at most 1. Bad settings and a named sample that the first ``limit`` lack fail here, before
+    any sample is handed out; with ``sample_ids``, ``samples`` is a list or has a ``sample_ids()``
+    scan (a streamed LongMemEval file)."""
     check_limit(limit)
+    check_sample_ids(sample_ids)
     i, n = parse_shard(shard) if shard is not None else (0, 1)
-    return _select(islice(samples, limit), None if sample_ids is None else list(sample_ids), i, n)
+    limited = islice(samples, limit)
+    if sample_ids is not None:
+        wanted = set(sample_ids)
+        _check_present([s.sample_id for s in samples] if isinstance(samples, Sequence) else list(samples.sample_ids()),
+                       limit, sample_ids)
+        limited = (s for s in limited if s.sample_id in wanted)
+    return islice(limited, i, None, n)
 
 
-def _select(samples: Iterable[Sample], wanted: list[str] | None, i: int, n: int) -> Iterator[Sample]:
-    found, first_ids, k = set(), [], 0
-    for s in samples:
-        if len(first_ids) < 5:
-            first_ids.append(s.sample_id)
-        if wanted is not None:
-            if s.sample_id not in wanted:
-                continue
-            found.add(s.sample_id)
-        if k % n == i:
-            yield s
-        k += 1
-    missing = [w for w in wanted or () if w not in found]
-    if missing:
-        raise DatasetError(f"dataset.sample_ids: no sample {missing[0]!r} in the dataset "
-                           f"(first ids: {', '.join(first_ids)})")
+def _check_present(ids: list[str], limit: int | None, wanted: Sequence[str]) -> None:
+    missing = [w for w in wanted if w not in ids[:limit]]
+    if not missing:
+        return
+    if missing[0] in ids:
+        raise DatasetError(f"dataset.sample_ids: sample {missing[0]!r} is beyond dataset.limit={limit} "
+                           f"(it is sample {ids.index(missing[0]) + 1} of {len(ids)})")
+    raise DatasetError(f"dataset.sample_ids: no sample {missing[0]!r} in the dataset (first ids: {', '.join(ids[:5])})")
