@@ -3,7 +3,7 @@ plain-Python reference, and the CLI's JSON contract (DESIGN 3.3)."""
 import copy
 import json
 import math
-from dataclasses import fields
+from dataclasses import fields, replace
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +128,15 @@ def test_bulk_ingest_rejects_bad_input_and_leaves_the_store_as_it_was():
     with pytest.raises(IngestError, match="event embeddings: row 1 has L2 norm 2; the store holds L2-normalised"):
         bulk.add_events(store, event_rows(mem, 0, 2), mem.embeddings[:2] * torch.tensor([[1.0], [2.0]]),
                         tokens=[[]] * 2)
+    nan_row = mem.embeddings[:2].clone()
+    nan_row[1] = math.nan
+    with pytest.raises(IngestError, match="event embeddings: row 1 has L2 norm nan"):
+        bulk.add_events(store, event_rows(mem, 0, 2), nan_row, tokens=[[]] * 2)
+    later = event_rows(mem, 0, 3)
+    later = [replace(r, timestamp=t) for r, t in zip(later, (1e12, math.nan, 1e12 + 1))]
+    with pytest.raises(IngestError, match="event 1: timestamp nan is not a finite number"):
+        bulk.add_events(store, later, mem.embeddings[:3], tokens=[[]] * 3)
+    assert list(bulk.add_events(store, [], mem.embeddings[:0], tokens=[])) == []
     with pytest.raises(IngestError, match="entity 0 .* already taken"):
         bulk.add_entities(store, mem.entity_names[:1], mem.entity_embeddings[:1])
     assert (len(store), store.graph.counts(), len(store.entities)) == before

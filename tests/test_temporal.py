@@ -2,6 +2,7 @@
 import datetime as dt
 import re
 
+import numpy as np
 import pytest
 
 from magma_torch.text import temporal
@@ -214,6 +215,9 @@ def test_sentences_without_cues_skip_dateparser(monkeypatch):
     (1683554160, dt.datetime(2023, 5, 8, 13, 56)),
     (1683554160.0, dt.datetime(2023, 5, 8, 13, 56)),
     (1683554160000, dt.datetime(2023, 5, 8, 13, 56)),
+    (np.int64(1683554160), dt.datetime(2023, 5, 8, 13, 56)),         # as pandas/NumPy columns hold them
+    (np.float64(1683554160), dt.datetime(2023, 5, 8, 13, 56)),
+    (np.datetime64("2023-05-08T13:56"), dt.datetime(2023, 5, 8, 13, 56)),
     ("1683554160", dt.datetime(2023, 5, 8, 13, 56)),
     (dt.date(2023, 5, 8), dt.datetime(2023, 5, 8)),
     (dt.datetime(2023, 5, 8, 13, 56, tzinfo=dt.timezone.utc), dt.datetime(2023, 5, 8, 13, 56)),
@@ -224,6 +228,7 @@ def test_parse_timestamp(value, expected):
 
 @pytest.mark.parametrize("value", [
     None, "", "   ", "not a date", "yesterday", "2023-13-45", float("nan"), True, [], 1e30,
+    np.bool_(True), np.datetime64("NaT"),
 ])
 def test_parse_timestamp_rejects_bad_values(value):
     with pytest.raises(ValueError, match=re.escape(repr(value))):

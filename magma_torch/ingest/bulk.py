@@ -12,6 +12,8 @@ written, so use it to build non-durable stores.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from magma_torch.ingest.episodes import EpisodeConfig, assign_episodes
@@ -46,6 +48,8 @@ def add_events(store: MemoryStore, rows: list[EventRow], embeddings: torch.Tenso
         known = store.events.by_source
         batch_sources = set()
         for i, r in enumerate(rows):
+            if not math.isfinite(r.timestamp):     # NaN would pass every order check
+                raise IngestError(f"event {i}: timestamp {r.timestamp} is not a finite number")
             if r.timestamp < last.get(r.stream, float("-inf")):
                 raise IngestError(f"event {i}: timestamp {r.timestamp} goes backwards in stream {r.stream!r}")
             last[r.stream] = r.timestamp
@@ -53,15 +57,16 @@ def add_events(store: MemoryStore, rows: list[EventRow], embeddings: torch.Tenso
                 if r.source_id in known or r.source_id in batch_sources:
                     raise IngestError(f"event {i}: source_id {r.source_id!r} is already stored")
                 batch_sources.add(r.source_id)
+        if not rows:
+            return range(len(store), len(store))
         if tokens is None:
             tokens = store.keyword_index.tokenize([r.text for r in rows])
         with store.lock:
             embeddings = embeddings.to(store.device, store.events.embeddings.data.dtype)
             ids = store.append_events(rows, embeddings, tokens)
-            if ids:
-                link_temporal(store, ids)
-                assign_episodes(store, ids, embeddings, episodes, tokens)
-    return range(ids[0], ids[-1] + 1) if ids else range(len(store), len(store))
+            link_temporal(store, ids)
+            assign_episodes(store, ids, embeddings, episodes, tokens)
+    return range(ids[0], ids[-1] + 1)
 
 
 def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = None,
@@ -96,7 +101,7 @@ def _check_rows(what: str, embeddings: torch.Tensor, rows: int, dim: int) -> Non
         raise IngestError(f"{what}: expected shape ({rows}, {dim}), got {tuple(embeddings.shape)}")
     # inner products are read as cosines (and bound the float16 scan's error): unit rows only
     norms = torch.linalg.vector_norm(embeddings.float(), dim=1)
-    bad = ((norms - 1).abs() > 1e-3).nonzero()
+    bad = (~torch.isfinite(norms) | ((norms - 1).abs() > 1e-3)).nonzero()
     if bad.numel():
         i = int(bad[0])
         raise IngestError(f"{what}: row {i} has L2 norm {float(norms[i]):.4g}; the store holds L2-normalised vectors")

@@ -30,10 +30,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+import numbers
 import re
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 from dateparser import parse as _dateparser_parse
 from dateutil.relativedelta import relativedelta
 
@@ -77,17 +79,20 @@ _TIMESTAMP_SETTINGS = {
 def parse_timestamp(value) -> dt.datetime:
     """Turn a dataset timestamp into a naive wall-clock datetime.
 
-    Accepts datetime, date, epoch seconds (or milliseconds), ISO strings, LoCoMo
-    "1:56 pm on 8 May, 2023" and LongMemEval "2023/12/18 (Mon) 04:17". Timezone
+    Accepts datetime, date, NumPy datetime64, epoch seconds (or milliseconds; any real number,
+    NumPy's too), ISO strings, LoCoMo "1:56 pm on 8 May, 2023" and LongMemEval
+    "2023/12/18 (Mon) 04:17". Timezone
     offsets are dropped, keeping the speaker's wall clock, because that is what
     "yesterday" is relative to. Raises ValueError naming the value otherwise.
     """
+    if isinstance(value, np.datetime64) and not np.isnat(value):
+        value = value.astype("datetime64[us]").item()     # a datetime (naive, as datetime64 is)
     if isinstance(value, dt.datetime):
         return value.replace(tzinfo=None)
     if isinstance(value, dt.date):
         return dt.datetime.combine(value, dt.time())
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return _from_epoch(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        return _from_epoch(float(value))
     if isinstance(value, str) and value.strip():
         parsed = _parse_timestamp_str(value.strip())
         if parsed is not None:
