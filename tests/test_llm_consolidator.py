@@ -298,6 +298,8 @@ def test_failed_generation_fails_only_that_event(emb):
             return Generation("", error="timeout after 3 retries")
         if refs["n0"] == TURNS[3][1]:
             return Generation("{not json", parsed=None)
+        if refs["n0"] == TURNS[4][1]:
+            return Generation("[" * 5000, parsed=None)      # nested past json's recursion limit
         return {"causal": [], "entities": [{"name": "bakery", "kind": "place"}]
                 if "bakery" in refs["n0"] else []}
 
@@ -309,11 +311,13 @@ def test_failed_generation_fails_only_that_event(emb):
         assert mem.worker.status[ids[2]] == ("failed", "llm generation failed: timeout after 3 retries")
         status, reason = mem.worker.status[ids[3]]
         assert status == "failed" and reason.startswith("llm output is not JSON")
-        others = [i for i in ids if i not in (ids[2], ids[3])]
+        status, reason = mem.worker.status[ids[4]]
+        assert status == "failed" and reason.startswith("llm output is not JSON: RecursionError")
+        others = [i for i in ids if i not in (ids[2], ids[3], ids[4])]
         assert all(mem.worker.status[i][0] == "consolidated" for i in others)
         assert {mem.worker.status[i][0] for i in ids} <= {"consolidated", "failed"}
         mentions = mention_counts(mem)
-        assert ids[2] not in mentions and ids[3] not in mentions   # nothing written for failed events
+        assert not {ids[2], ids[3], ids[4]} & set(mentions)        # nothing written for failed events
         assert mentions[ids[0]] == 1                               # "bakery"; the speaker is no entity
         assert llm.usage.failures == 1
     finally:

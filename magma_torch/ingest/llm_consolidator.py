@@ -310,8 +310,8 @@ class LLMConsolidator:
         if data is None:
             try:
                 data = json.loads(gen.text)
-            except (TypeError, ValueError) as err:
-                return LLMProposal(ev.id, [], [], error=f"llm output is not JSON: {err}")
+            except (TypeError, ValueError, RecursionError) as err:   # RecursionError: nested too deeply
+                return LLMProposal(ev.id, [], [], error=f"llm output is not JSON: {type(err).__name__}: {err}")
         if not isinstance(data, dict):
             return LLMProposal(ev.id, [], [], error=f"llm output is not a JSON object: {type(data).__name__}")
         notes: list[str] = []
