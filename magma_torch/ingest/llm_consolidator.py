@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from magma_torch.config.schema import LLMConsolidationConfig
 from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal, SupersessionLink
 from magma_torch.ingest.cues import CuePatterns
+from magma_torch.llm.base import checked_generate
 from magma_torch.llm.cache import CachedLLM
 
 log = logging.getLogger(__name__)
@@ -296,10 +297,8 @@ class LLMConsolidator:
         if not batch:
             return []
         refmaps = [self.refs(ev, context.get(ev.id, ())) for ev in batch]
-        gens = self.llm.generate([self.prompt(r) for r in refmaps], schema=self.schema,
-                                 max_tokens=self.max_tokens, temperature=self.temperature)
-        if len(gens) != len(batch):
-            raise RuntimeError(f"LLM returned {len(gens)} generations for {len(batch)} prompts")
+        gens = checked_generate(self.llm, [self.prompt(r) for r in refmaps], schema=self.schema,
+                                max_tokens=self.max_tokens, temperature=self.temperature)
         return [self.validate(ev, refs, gen) for ev, refs, gen in zip(batch, refmaps, gens)]
 
     def validate(self, ev: EventView, refs: Mapping[str, EventView], gen) -> LLMProposal:
