@@ -14,9 +14,9 @@ form::
 
 The whole batch is one ``llm.generate(prompts, schema=...)`` call. The output is never
 trusted: per event, a link is kept only if both ends are references of that prompt, one
-end is ``n0``, it is not a self-loop, the cause is not later than the effect, its
-confidence is a number in [``min_confidence``, 1], and it is among the
-``max_causal_per_event`` most confident; entity names are normalised (lowercase, spaces
+end is ``n0``, it is not a self-loop, the cause comes before the effect (``time_order``: in
+time, a tie broken by the stream's order), its confidence is a number in [``min_confidence``,
+1], and it is among the ``max_causal_per_event`` most confident; entity names are normalised (lowercase, spaces
 collapsed, outer punctuation stripped), must occur in the event's text, must not be a
 speaker of the prompt (speakers are event attributes, not entity nodes: a name equal to
 a speaker's name or to one of its words is dropped), are de-duplicated and capped at
@@ -41,7 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from magma_torch.config.schema import LLMConsolidationConfig
-from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal, SupersessionLink
+from magma_torch.ingest.consolidator import (CausalLink, EntityMention, EventView, Proposal, SupersessionLink,
+                                             time_order)
 from magma_torch.ingest.cues import CuePatterns
 from magma_torch.llm.base import checked_generate
 from magma_torch.llm.cache import CachedLLM
@@ -277,7 +278,7 @@ class LLMConsolidator:
         """Reference id -> event for one prompt: n0 is the event, n1.. its neighbours oldest first."""
         nb = [v for v in neighbours if v.id != ev.id][: self.max_neighbours]
         out = {"n0": ev}
-        out.update({f"n{k}": v for k, v in enumerate(sorted(nb, key=lambda v: (v.timestamp, v.id)), 1)})
+        out.update({f"n{k}": v for k, v in enumerate(sorted(nb, key=time_order), 1)})
         return out
 
     def prompt(self, refs: Mapping[str, EventView]) -> list[dict]:
@@ -415,7 +416,7 @@ class LLMConsolidator:
             return f"confidence {conf!r} not in (0, 1]"
         if conf < self.min_confidence:
             return f"confidence {conf} below {self.min_confidence}"
-        if refs[c].timestamp > refs[e].timestamp:
+        if time_order(refs[c]) > time_order(refs[e]):
             return "cause is later than effect"
         return ""
 
