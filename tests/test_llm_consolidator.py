@@ -219,6 +219,15 @@ def test_validation_rejects_bad_links_with_reasons():
     assert "'atlantis': not in the event's text" in notes
 
 
+def test_an_entity_is_whole_words_of_the_text_or_their_plural():
+    names = ["art", "use", "tart", "museum", "sock", "melanie", "old job", "job at"]
+    llm = FakeLLM(lambda refs: {"causal": [], "entities": [{"name": n, "kind": "other"} for n in names]})
+    (p,) = LLMConsolidator(llm).propose([ev(5, "So I started my old job at the museum in Melanie's socks.")], {})
+    assert [m.name for m in p.entities] == ["museum", "sock", "melanie", "old job", "job at"]
+    assert [n for n in p.notes if "not in the event's text" in n] == [
+        f"rejected entity {n!r}: not in the event's text" for n in ("art", "use", "tart")]
+
+
 def test_rejected_links_are_never_written_and_a_turn_never_causes_an_earlier_one_of_its_timestamp(emb):
     turns = [("Anna", "My bakery closed."), ("Anna", "So I lost my job."), ("Anna", "Now I study nursing."),
              ("Anna", "I am tired.")]

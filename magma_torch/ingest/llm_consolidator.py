@@ -17,7 +17,8 @@ trusted: per event, a link is kept only if both ends are references of that prom
 end is ``n0``, it is not a self-loop, the cause comes before the effect (``time_order``: in
 time, a tie broken by the stream's order), its confidence is a number in [``min_confidence``,
 1], and it is among the ``max_causal_per_event`` most confident; entity names are normalised (lowercase, spaces
-collapsed, outer punctuation stripped), must occur in the event's text, must not be a
+collapsed, outer punctuation stripped), must be whole words of the event's text (or
+their plural: "sock" for "socks", "melanie" for "Melanie's"), must not be a
 speaker of the prompt (speakers are event attributes, not entity nodes: a name equal to
 a speaker's name or to one of its words is dropped), are de-duplicated and capped at
 ``max_entities_per_event``; an update (``supersedes``) must name an earlier event of the
@@ -192,6 +193,12 @@ def _quoted(words, text: str) -> bool:
         return False
     words = _plain(words).strip(" .,;:!?\"")
     return bool(words) and words in _plain(text)
+
+
+def _in_words(key: str, text: str) -> bool:
+    """``key`` (a ``normalise_name``) is whole words of ``text`` (``_plain``), or their plural
+    ("sock" in "socks"): never part of a longer word ("art" in "started")."""
+    return re.search(rf"(?<!\w){re.escape(key)}(?:e?s)?(?!\w)", text) is not None
 
 
 def normalise_name(name: str) -> str:
@@ -453,7 +460,7 @@ class LLMConsolidator:
             if key in speakers and not self.speaker_entity:
                 notes.append(f"rejected entity {key!r}: a speaker (an event attribute, not an entity)")
                 continue
-            if self.entities_in_text and key not in text:
+            if self.entities_in_text and not _in_words(key, text):
                 notes.append(f"rejected entity {key!r}: not in the event's text")
                 continue
             if len(out) >= self.max_entities_per_event:
