@@ -223,9 +223,16 @@ def shown_text(text: str, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
+def shown_speaker(speaker: str | None) -> str:
+    """A speaker as a consolidation prompt shows it: one line, and no ':' (which ends the speaker in
+    ``PROMPT_LINE``), so that no name can forge a line or move where its text starts."""
+    return " ".join((speaker or "").replace(":", " ").split()) or "unknown"
+
+
 def shown_events(prompt: str | Sequence[Mapping[str, str]]) -> dict[str, tuple[str, str]]:
     """Reference id -> (speaker, text) of the events one consolidation prompt (or its user message)
-    shows, read back from its lines; texts are as shown, so cut at ``max_chars_per_event``."""
+    shows, read back from its lines; both as shown (``shown_speaker``, ``shown_text``: texts cut at
+    ``max_chars_per_event``), one line each, so an event's line is only ever its own."""
     user = prompt if isinstance(prompt, str) else prompt[-1]["content"]
     return {ref: (speaker, text) for ref, _, speaker, text in PROMPT_LINE.findall(user)}
 
@@ -279,7 +286,7 @@ class LLMConsolidator:
 
     def _line(self, ref: str, ev: EventView) -> str:
         when = ev.timestamp.strftime("%Y-%m-%d %H:%M")
-        return f"[{ref}] {when} | {ev.speaker or 'unknown'}: {shown_text(ev.text, self.max_chars_per_event)}"
+        return f"[{ref}] {when} | {shown_speaker(ev.speaker)}: {shown_text(ev.text, self.max_chars_per_event)}"
 
     def refs(self, ev: EventView, neighbours: Sequence[EventView]) -> dict[str, EventView]:
         """Reference id -> event for one prompt: n0 is the event, n1.. its neighbours oldest first."""
@@ -294,7 +301,7 @@ class LLMConsolidator:
                 + "\n\nNew event:\n" + self._line("n0", refs["n0"])
                 + "\n\nReturn the JSON object for n0.")
         if self.prompt_version not in ("v1", "v2"):   # v3 names the speakers: attributes, not entities
-            speakers = dict.fromkeys(v.speaker for v in refs.values() if v.speaker)
+            speakers = dict.fromkeys(shown_speaker(v.speaker) for v in refs.values() if v.speaker)
             user = f"Speakers: {', '.join(speakers) or 'unknown'}.\n" + user
         return [{"role": "system", "content": SYSTEM_PROMPTS[self.prompt_version]}, {"role": "user", "content": user}]
 
