@@ -14,7 +14,7 @@ _LAZY = {
     "NamespaceError": "store.durable", "UnknownNamespaceError": "store.durable",
     "NamespaceNotEmptyError": "store.durable", "StoreInUseError": "store.durable",
     "StoreMismatchError": "store.durable", "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable",
-    "LLMUnavailable": "llm.base", "UnknownPromptError": "llm.prompts", "OutputError": "llm.schema",
+    "LLMUnavailable": "llm.base", "LLMInterfaceError": "llm.base", "UnknownPromptError": "llm.prompts", "OutputError": "llm.schema",
     "ModelError": "llm.models",
     "ExplainError": "explain.cli", "ScreenshotError": "explain.screenshot",
     "DatasetError": "eval.datasets.base", "ConfigError": "config.resolve", "CompareError": "eval.compare",

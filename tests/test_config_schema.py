@@ -16,6 +16,7 @@ from magma_torch.config.resolve import (ConfigError, consolidation_config, memor
 from magma_torch.config.schema import (INTENT_ROWS, RELATIONS, SIGNALS, BeamConfig, HeuristicConsolidationConfig,
                                        LLMConsolidationConfig, MemoryConfig, RetrievalConfig, SignalWeights)
 from magma_torch.ingest.heuristic import HeuristicConsolidator
+from magma_torch.ingest.llm_consolidator import LLMConsolidator
 from magma_torch.query.intent import INTENTS
 from magma_torch.query.retriever import Retriever
 from magma_torch.store.graph import TRAVERSED
@@ -92,6 +93,22 @@ def test_consolidation_keys_are_checked_too():
         consolidation_config({"_target_": HeuristicConsolidationConfig._target_, "window": "x"})
     assert consolidation_config({}) is None                                  # a save's "no consolidation"
     assert settings(consolidation_config({"window": 3})).window == 3        # partial: onto the heuristic's defaults
+
+
+@pytest.mark.parametrize("cap", ["max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event"])
+@pytest.mark.parametrize("target", [HeuristicConsolidationConfig._target_, LLMConsolidationConfig._target_,
+                                    "my.own.Consolidator"])
+def test_a_negative_cap_is_refused_naming_it(cap, target):
+    with pytest.raises(ConfigError, match=rf"^consolidation\.{cap} must be an integer >= 0, got -1$"):
+        consolidation_config({"_target_": target, cap: -1})
+
+
+@pytest.mark.parametrize("cap", ["max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event"])
+def test_a_consolidator_built_in_python_refuses_a_negative_cap_too(cap):
+    with pytest.raises(ConfigError, match=rf"^consolidation\.{cap} must be an integer >= 0, got -1$"):
+        LLMConsolidator(llm=object(), **{cap: -1})
+    with pytest.raises(ConfigError, match=rf"^consolidation\.{cap} must be an integer >= 0, got -1$"):
+        HeuristicConsolidator(**{cap: -1})
 
 
 def test_memory_takes_a_dataclass_a_partial_mapping_or_a_name():

@@ -9,7 +9,7 @@ BUILTIN_BASE = {
     "IntegrityError": RuntimeError, "MissingNLPModel": ImportError, "CorruptSaveError": ValueError,
     "NamespaceError": ValueError, "UnknownNamespaceError": FileNotFoundError,
     "NamespaceNotEmptyError": FileExistsError, "StoreInUseError": RuntimeError, "StoreMismatchError": ValueError,
-    "ReadOnlyError": RuntimeError, "NoStoreDirError": ValueError, "LLMUnavailable": RuntimeError,
+    "ReadOnlyError": RuntimeError, "NoStoreDirError": ValueError, "LLMUnavailable": RuntimeError, "LLMInterfaceError": RuntimeError,
     "UnknownPromptError": ValueError,
     "OutputError": ValueError, "ModelError": RuntimeError, "ExplainError": ValueError, "ScreenshotError": RuntimeError,
     "DatasetError": ValueError, "ConfigError": ValueError, "CompareError": ValueError, "RunFolderError": ValueError,

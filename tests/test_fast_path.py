@@ -10,6 +10,7 @@ import torch
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
+from magma_torch.ingest import bulk
 from magma_torch.ingest.consolidator import CausalLink, EntityMention, Proposal
 from magma_torch.ingest.fast_path import IngestError
 from magma_torch.store.graph import RELATIONS
@@ -433,8 +434,8 @@ class ScriptedConsolidator:
 
 
 def test_invalid_links_are_rejected_valid_ones_added(emb):
-    """Unknown nodes, self-loops, bad confidences, duplicates and cycles are rejected; valid
-    links are written. (The stub has no backfill(): it is optional.)"""
+    """Unknown nodes, self-loops, bad confidences, backward links and duplicates are rejected;
+    valid links are written. (The stub has no backfill(): it is optional.)"""
     m = make_mem(emb, background=False)
     e = lambda n: EntityMention(n, "name", n.title())  # noqa: E731
     m.worker.consolidator = ScriptedConsolidator({
@@ -445,7 +446,7 @@ def test_invalid_links_are_rejected_valid_ones_added(emb):
             CausalLink("0", 3, 0.9, "so"),     # not an id
             CausalLink(0, 3, float("nan"), "so"),  # bad confidence
             CausalLink(3, 3, 0.9, "so"),       # self-loop
-            CausalLink(2, 0, 0.9, "so"),       # 0 -> 1 -> 2 -> 0 would be a cycle
+            CausalLink(2, 0, 0.9, "so"),       # backwards in time
             CausalLink(0, 1, 0.9, "so"),       # duplicate
             CausalLink(1, 3, 0.7, "so"),       # valid
         ]),
@@ -468,13 +469,43 @@ def test_invalid_links_are_rejected_valid_ones_added(emb):
         assert status == "consolidated"
         for problem in ("99->3: unknown node", "'0'->3: unknown node", "not in (0, 1]", "3->3: self-loop"):
             assert problem in reason
-        assert "2->0: would create a cycle" in reason and "0->1: duplicate" in reason
+        assert "2->0: cause is later than effect" in reason and "0->1: duplicate" in reason
         assert "1->3" not in reason
         assert m.worker.status[1] == ("consolidated", "rejected causal link 5->1: unknown node")
         assert m.worker.status[2] == ("consolidated", "")
         assert sorted(m.store.entities.names) == ["max", "zoe"]
         zoe, mx = m.store.entity_id("zoe"), m.store.entity_id("max")
         assert sorted(edges(m, "entity")) == sorted([(2, zoe), (3, mx), (3, zoe)])
+    finally:
+        m.close()
+
+
+def test_at_one_timestamp_a_link_goes_in_stream_order(emb):
+    """Whatever the consolidator: LoCoMo gives a whole session one timestamp, and a link from a
+    turn to an earlier turn of it is refused."""
+    m = make_mem(emb, background=False)
+    m.worker.consolidator = ScriptedConsolidator({"one": ([], [CausalLink(1, 0, 0.9, "so"),
+                                                             CausalLink(0, 1, 0.8, "so")])})
+    try:
+        m.add_many([rec(t, "2023-05-08 10:00") for t in ["zero", "one"]])
+        m.consolidate()
+        assert edges(m, "causal") == [(0, 1)]
+        assert m.worker.status[1] == ("consolidated", "rejected causal link 1->0: cause is later than effect")
+    finally:
+        m.close()
+
+
+def test_a_link_that_would_close_a_cycle_is_refused(emb):
+    """A bulk-imported causal edge need only follow row order, so across streams it may go back
+    in time; the link that would close a cycle with it is still refused."""
+    m = make_mem(emb, background=False)
+    m.worker.consolidator = ScriptedConsolidator({"zero": ([], [CausalLink(1, 0, 0.9, "so")])})
+    try:
+        m.add_many([rec("zero", "2023-05-08 10:05", stream="a"), rec("one", "2023-05-08 10:00", stream="b")])
+        bulk.add_links(m.store, causal=(torch.tensor([0]), torch.tensor([1])))
+        m.consolidate()
+        assert edges(m, "causal") == [(0, 1)]
+        assert m.worker.status[0] == ("consolidated", "rejected causal link 1->0: would create a cycle")
     finally:
         m.close()
 

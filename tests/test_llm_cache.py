@@ -6,7 +6,7 @@ import json
 import pytest
 from pydantic import BaseModel
 
-from magma_torch.llm.base import Generation, Usage
+from magma_torch.llm.base import Generation, LLMInterfaceError, Usage
 from magma_torch.llm.cache import CachedLLM, cost
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -69,6 +69,15 @@ def test_another_model_misses(tmp_path):
     inner = CountingLLM("two")
     CachedLLM(inner, path).generate(["a"])
     assert inner.sent == [["a"]]
+
+
+def test_a_model_that_gives_fewer_generations_than_prompts_is_named(tmp_path):
+    llm = CountingLLM("short")
+    answers = llm.generate
+    llm.generate = lambda prompts, **kw: answers(prompts, **kw)[:1]
+    cached = CachedLLM(llm, tmp_path / "gen.jsonl")
+    with pytest.raises(LLMInterfaceError, match="LLM short returned 1 generations for 2 prompts"):
+        cached.generate(["a", "bb"], schema=SCHEMA)
 
 
 def test_failures_are_not_kept_and_are_tried_again(tmp_path):

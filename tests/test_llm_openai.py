@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from magma_torch.llm import openai_backend
 from magma_torch.llm.base import LLMUnavailable
 from magma_torch.llm.openai_backend import OpenAIBackend
+from magma_torch.llm.schema import OutputError, parse_output
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}, "n": {"type": "integer"}},
           "required": ["answer", "n"], "additionalProperties": False}
@@ -29,7 +30,8 @@ class Answer(BaseModel):
 class FakeServer:
     """Scripted /v1 server. ``script`` is a list of actions consumed one per POST (then ``default``):
     an int status ("500"), "garbage" (non-JSON body), "sleep" (longer than the client timeout),
-    or a string that becomes the message content of a 200 answer."""
+    a string that becomes the message content of a 200 answer, or {"content": value}: that value
+    as the content, whatever its type."""
 
     def __init__(self, script=(), default='{"answer": "ok", "n": 1}', delay=0.0):
         self.script = list(script)
@@ -76,7 +78,8 @@ class FakeServer:
                         self._send(200, b"{}")
                     else:
                         n = len(body["messages"][-1]["content"])
-                        out = {"choices": [{"message": {"role": "assistant", "content": action},
+                        content = action["content"] if isinstance(action, dict) else action
+                        out = {"choices": [{"message": {"role": "assistant", "content": content},
                                             "finish_reason": "stop"}],
                                "usage": {"prompt_tokens": n, "completion_tokens": 3, "total_tokens": n + 3}}
                         self._send(200, json.dumps(out).encode())
@@ -147,6 +150,31 @@ def test_malformed_json_and_schema_violation_fail_with_reason(server):
     assert "malformed JSON" in gens[0].error and gens[0].parsed is None
     assert "schema violation" in gens[1].error
     assert llm.usage.failures == 2 and llm.usage.calls == 2
+
+
+@pytest.mark.parametrize("lenient", [False, True])
+def test_json_nested_past_the_recursion_limit_is_an_output_error(lenient):
+    with pytest.raises(OutputError, match="nested too deeply"):
+        parse_output("[" * 5000, SCHEMA, lenient=lenient)
+
+
+@pytest.mark.parametrize("content", ["[" * 5000, {"content": ["part"]}, {"content": 123}],
+                         ids=["nested too deeply", "a list", "a number"])
+def test_one_unreadable_answer_fails_its_item_and_the_batch_goes_on(server, content):
+    s = server(script=[content] * 3)                     # every attempt of the first prompt
+    llm = backend(s.url, concurrency=1)
+    bad, good = llm.generate(["a", "b"], schema=SCHEMA)
+    assert bad.error.startswith("after 3 attempts:") and bad.text == "" and bad.parsed is None
+    assert good.error is None and good.parsed == {"answer": "ok", "n": 1}
+
+
+@pytest.mark.parametrize("content", [["part"], 123], ids=["a list", "a number"])
+def test_an_answer_that_is_no_string_is_a_bad_body_without_a_schema_too(server, content):
+    s = server(script=[{"content": content}] * 3)
+    [g] = backend(s.url).generate(["a"])
+    assert g.error == f"after 3 attempts: bad response body: TypeError: message content is a " \
+                      f"{type(content).__name__}, not a string"
+    assert g.text == ""
 
 
 def test_retry_recovers_from_schema_violation_and_pydantic_parse(server):

@@ -3,7 +3,7 @@
 A memory config may be a ``MemoryConfig``, a partial mapping or DictConfig (merged onto the
 defaults), a name under ``conf/memory`` (composed by Hydra), or None (the defaults; no Hydra).
 Each becomes a DictConfig with the schema's types; an unknown key or a wrong type raises
-``ConfigError`` in one line naming the key.
+``ConfigError`` in one line naming the key, and so does a negative consolidation cap.
 """
 from __future__ import annotations
 
@@ -19,13 +19,15 @@ from magma_torch.config.schema import (ConsolidationConfig, HeuristicConsolidati
                                        MemoryConfig, SCHEMAS)
 
 CONSOLIDATORS = {c._target_: c for c in (HeuristicConsolidationConfig, LLMConsolidationConfig)}
+# How many links / mentions of each kind one event's proposal keeps at most.
+CAPS = ("max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event")
 # What the slow-path worker reads of a consolidation config (the window shown, the caps written).
-WORKER_KEYS = ("window", "max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event")
+WORKER_KEYS = ("window", *CAPS)
 
 
 class ConfigError(MagmaError, ValueError):
-    """A configuration that cannot work: an unknown key or a value of the wrong type in a memory or
-    consolidation config, or a run that lacks what it needs (e.g. task=qa without an llm)."""
+    """A configuration that cannot work: an unknown key or a value of the wrong type or range in a
+    memory or consolidation config, or a run that lacks what it needs (e.g. task=qa without an llm)."""
 
 
 def memory_config(cfg) -> DictConfig:
@@ -40,7 +42,24 @@ def memory_config(cfg) -> DictConfig:
 def consolidation_config(cfg) -> DictConfig | None:
     """A typed consolidation config, or None for no consolidation (``"none"``, or an empty mapping
     as a save records it). A mapping without ``_target_`` is merged onto the heuristic's defaults;
-    one whose ``_target_`` is a consolidator of your own is kept as given (its class checks it)."""
+    one whose ``_target_`` is a consolidator of your own is kept as given (its class checks it),
+    but for its caps, which the worker applies."""
+    out = _consolidation_config(cfg)
+    if out is not None:
+        check_caps(out)
+    return out
+
+
+def check_caps(values: Mapping) -> None:
+    """Raise ConfigError naming the first of the ``CAPS`` in ``values`` that is not an integer >= 0:
+    a cap cuts a list (``links[:cap]``), where -1 would quietly keep all but the last."""
+    for name in CAPS:
+        value = values.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"consolidation.{name} must be an integer >= 0, got {value!r}")
+
+
+def _consolidation_config(cfg) -> DictConfig | None:
     if cfg is None:
         return typed(HeuristicConsolidationConfig, None, "consolidation")
     if isinstance(cfg, str):

@@ -16,7 +16,7 @@ from typing import Protocol
 from magma_torch.eval.prompts import JUDGE_SCHEMA, judge_prompt
 from magma_torch.eval.qa_metrics import bleu1, locomo_f1, reference_answer
 from magma_torch.llm.answer_format import format_answer
-from magma_torch.llm.base import LLM, Generation
+from magma_torch.llm.base import LLM, Generation, checked_generate
 from magma_torch.llm.prompts import DEFAULT_ANSWER_PROMPT, NOT_MENTIONED, answer_prompt
 
 
@@ -43,13 +43,6 @@ class Verdict:
     called: bool = True                # False when no judge call was made for the item
 
 
-def _generate(llm: LLM, prompts: list[str], **kw) -> list[Generation]:
-    gens = list(llm.generate(prompts, **kw)) if prompts else []
-    if len(gens) != len(prompts):
-        raise RuntimeError(f"{getattr(llm, 'name', llm)!s} returned {len(gens)} generations for {len(prompts)} prompts")
-    return gens
-
-
 def answer_questions(retrievals: Sequence, questions: Sequence[QuestionLike], reader: LLM, *,
                      max_tokens: int = 128, temperature: float = 0.0, dates: str = "words",
                      prompt: str = DEFAULT_ANSWER_PROMPT) -> list[Answer]:
@@ -61,7 +54,7 @@ def answer_questions(retrievals: Sequence, questions: Sequence[QuestionLike], re
     format_answer("", dates)   # a bad style, or (answer_prompt) a bad version, fails before the reader runs
     prompts = [answer_prompt(q.question, r.context, r.intent, q.query_time, prompt)
                for r, q in zip(retrievals, questions)]
-    gens = _generate(reader, prompts, max_tokens=max_tokens, temperature=temperature)
+    gens = checked_generate(reader, prompts, max_tokens=max_tokens, temperature=temperature)
     texts = ["" if g.error else g.text.strip() for g in gens]
     return [Answer(format_answer(t, dates), g.prompt_tokens, g.completion_tokens, g.error, t)
             for t, g in zip(texts, gens)]
@@ -105,7 +98,8 @@ def judge_answers(judge: LLM, questions: Sequence[str], golds: Sequence[str | No
         else:
             todo.append(i)
             prompts.append(judge_prompt(q, ref, a.prediction, cat))
-    for i, g in zip(todo, _generate(judge, prompts, schema=JUDGE_SCHEMA, max_tokens=max_tokens, temperature=0.0)):
+    gens = checked_generate(judge, prompts, schema=JUDGE_SCHEMA, max_tokens=max_tokens, temperature=0.0)
+    for i, g in zip(todo, gens):
         v, err = parse_verdict(g)
         out[i] = Verdict(v, g.prompt_tokens, g.completion_tokens, err)
     return out

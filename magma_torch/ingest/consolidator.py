@@ -11,11 +11,19 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class EventView:
-    id: int                 # global event id; ids increase in ingest order
+    id: int                 # the event's store row: a stream's rows follow its chain, backfilled events included
     text: str
     speaker: str | None
     stream: str             # conversation / stream id; causal links only within a stream
     timestamp: datetime
+
+
+def time_order(ev: EventView) -> tuple[datetime, int]:
+    """Sort key of "happened before", the order every causal link must follow from cause to effect:
+    the timestamp, then the row, which breaks ties (LoCoMo gives every turn of a session one
+    timestamp). A stream's rows follow its chain, a backfilled event's included (its stable id,
+    newer than its place, would not)."""
+    return ev.timestamp, ev.id
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from magma_torch.config.resolve import check_caps
 from magma_torch.config.schema import HeuristicConsolidationConfig
 from magma_torch.ingest import nlp
 from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal, SupersessionLink
@@ -192,6 +193,7 @@ class HeuristicConsolidator:
         self.window, self.min_phrase_count = window, min_phrase_count
         self.max_supersedes_per_event = max_supersedes_per_event
         self.max_entities_per_event, self.max_causal_per_event = max_entities_per_event, max_causal_per_event
+        check_caps(vars(self))
         self.min_overlap, self.min_shared, self.lead_words = min_overlap, min_shared, lead_words
         cues = asdict(_DEFAULTS.cues) if cues is None else cues
         self.cues = {k: list(cues.get(k, ())) for k in ("result", "reason", "question", "weak")}

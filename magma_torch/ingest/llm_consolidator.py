@@ -14,10 +14,11 @@ form::
 
 The whole batch is one ``llm.generate(prompts, schema=...)`` call. The output is never
 trusted: per event, a link is kept only if both ends are references of that prompt, one
-end is ``n0``, it is not a self-loop, the cause is not later than the effect, its
-confidence is a number in [``min_confidence``, 1], and it is among the
-``max_causal_per_event`` most confident; entity names are normalised (lowercase, spaces
-collapsed, outer punctuation stripped), must occur in the event's text, must not be a
+end is ``n0``, it is not a self-loop, the cause comes before the effect (``time_order``: in
+time, a tie broken by the stream's order), its confidence is a number in [``min_confidence``,
+1], and it is among the ``max_causal_per_event`` most confident; entity names are normalised (lowercase, spaces
+collapsed, outer punctuation stripped), must be whole words of the event's text (or
+their plural: "sock" for "socks", "melanie" for "Melanie's"), must not be a
 speaker of the prompt (speakers are event attributes, not entity nodes: a name equal to
 a speaker's name or to one of its words is dropped), are de-duplicated and capped at
 ``max_entities_per_event``; an update (``supersedes``) must name an earlier event of the
@@ -40,9 +41,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from magma_torch.config.resolve import check_caps
 from magma_torch.config.schema import LLMConsolidationConfig
-from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal, SupersessionLink
+from magma_torch.ingest.consolidator import (CausalLink, EntityMention, EventView, Proposal, SupersessionLink,
+                                             time_order)
 from magma_torch.ingest.cues import CuePatterns
+from magma_torch.llm.base import checked_generate
 from magma_torch.llm.cache import CachedLLM
 
 log = logging.getLogger(__name__)
@@ -192,6 +196,12 @@ def _quoted(words, text: str) -> bool:
     return bool(words) and words in _plain(text)
 
 
+def _in_words(key: str, text: str) -> bool:
+    """``key`` (a ``normalise_name``) is whole words of ``text`` (``_plain``), or their plural
+    ("sock" in "socks"): never part of a longer word ("art" in "started")."""
+    return re.search(rf"(?<!\w){re.escape(key)}(?:e?s)?(?!\w)", text) is not None
+
+
 def normalise_name(name: str) -> str:
     """Canonical entity key: lowercase, whitespace collapsed, outer quotes/punctuation stripped."""
     name = _plain(name)
@@ -214,9 +224,16 @@ def shown_text(text: str, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
+def shown_speaker(speaker: str | None) -> str:
+    """A speaker as a consolidation prompt shows it: one line, and no ':' (which ends the speaker in
+    ``PROMPT_LINE``), so that no name can forge a line or move where its text starts."""
+    return " ".join((speaker or "").replace(":", " ").split()) or "unknown"
+
+
 def shown_events(prompt: str | Sequence[Mapping[str, str]]) -> dict[str, tuple[str, str]]:
     """Reference id -> (speaker, text) of the events one consolidation prompt (or its user message)
-    shows, read back from its lines; texts are as shown, so cut at ``max_chars_per_event``."""
+    shows, read back from its lines; both as shown (``shown_speaker``, ``shown_text``: texts cut at
+    ``max_chars_per_event``), one line each, so an event's line is only ever its own."""
     user = prompt if isinstance(prompt, str) else prompt[-1]["content"]
     return {ref: (speaker, text) for ref, _, speaker, text in PROMPT_LINE.findall(user)}
 
@@ -254,6 +271,7 @@ class LLMConsolidator:
         self.max_chars_per_event = int(max_chars_per_event)
         self.speaker_entity, self.entities_in_text = bool(speaker_entity), bool(entities_in_text)
         self.max_supersedes_per_event = int(max_supersedes_per_event)
+        check_caps(vars(self))
         # v3 asks each causal link for the words of n0 that state it, and keeps it only when they are there.
         self.stated_words = prompt_version not in ("v1", "v2")
         self.cues = CuePatterns.compile(asdict(_DEFAULTS.cues) if cues is None else cues)
@@ -270,13 +288,13 @@ class LLMConsolidator:
 
     def _line(self, ref: str, ev: EventView) -> str:
         when = ev.timestamp.strftime("%Y-%m-%d %H:%M")
-        return f"[{ref}] {when} | {ev.speaker or 'unknown'}: {shown_text(ev.text, self.max_chars_per_event)}"
+        return f"[{ref}] {when} | {shown_speaker(ev.speaker)}: {shown_text(ev.text, self.max_chars_per_event)}"
 
     def refs(self, ev: EventView, neighbours: Sequence[EventView]) -> dict[str, EventView]:
         """Reference id -> event for one prompt: n0 is the event, n1.. its neighbours oldest first."""
         nb = [v for v in neighbours if v.id != ev.id][: self.max_neighbours]
         out = {"n0": ev}
-        out.update({f"n{k}": v for k, v in enumerate(sorted(nb, key=lambda v: (v.timestamp, v.id)), 1)})
+        out.update({f"n{k}": v for k, v in enumerate(sorted(nb, key=time_order), 1)})
         return out
 
     def prompt(self, refs: Mapping[str, EventView]) -> list[dict]:
@@ -285,7 +303,7 @@ class LLMConsolidator:
                 + "\n\nNew event:\n" + self._line("n0", refs["n0"])
                 + "\n\nReturn the JSON object for n0.")
         if self.prompt_version not in ("v1", "v2"):   # v3 names the speakers: attributes, not entities
-            speakers = dict.fromkeys(v.speaker for v in refs.values() if v.speaker)
+            speakers = dict.fromkeys(shown_speaker(v.speaker) for v in refs.values() if v.speaker)
             user = f"Speakers: {', '.join(speakers) or 'unknown'}.\n" + user
         return [{"role": "system", "content": SYSTEM_PROMPTS[self.prompt_version]}, {"role": "user", "content": user}]
 
@@ -296,10 +314,8 @@ class LLMConsolidator:
         if not batch:
             return []
         refmaps = [self.refs(ev, context.get(ev.id, ())) for ev in batch]
-        gens = self.llm.generate([self.prompt(r) for r in refmaps], schema=self.schema,
-                                 max_tokens=self.max_tokens, temperature=self.temperature)
-        if len(gens) != len(batch):
-            raise RuntimeError(f"LLM returned {len(gens)} generations for {len(batch)} prompts")
+        gens = checked_generate(self.llm, [self.prompt(r) for r in refmaps], schema=self.schema,
+                                max_tokens=self.max_tokens, temperature=self.temperature)
         return [self.validate(ev, refs, gen) for ev, refs, gen in zip(batch, refmaps, gens)]
 
     def validate(self, ev: EventView, refs: Mapping[str, EventView], gen) -> LLMProposal:
@@ -310,8 +326,8 @@ class LLMConsolidator:
         if data is None:
             try:
                 data = json.loads(gen.text)
-            except (TypeError, ValueError) as err:
-                return LLMProposal(ev.id, [], [], error=f"llm output is not JSON: {err}")
+            except (TypeError, ValueError, RecursionError) as err:   # RecursionError: nested too deeply
+                return LLMProposal(ev.id, [], [], error=f"llm output is not JSON: {type(err).__name__}: {err}")
         if not isinstance(data, dict):
             return LLMProposal(ev.id, [], [], error=f"llm output is not a JSON object: {type(data).__name__}")
         notes: list[str] = []
@@ -416,7 +432,7 @@ class LLMConsolidator:
             return f"confidence {conf!r} not in (0, 1]"
         if conf < self.min_confidence:
             return f"confidence {conf} below {self.min_confidence}"
-        if refs[c].timestamp > refs[e].timestamp:
+        if time_order(refs[c]) > time_order(refs[e]):
             return "cause is later than effect"
         return ""
 
@@ -453,7 +469,7 @@ class LLMConsolidator:
             if key in speakers and not self.speaker_entity:
                 notes.append(f"rejected entity {key!r}: a speaker (an event attribute, not an entity)")
                 continue
-            if self.entities_in_text and key not in text:
+            if self.entities_in_text and not _in_words(key, text):
                 notes.append(f"rejected entity {key!r}: not in the event's text")
                 continue
             if len(out) >= self.max_entities_per_event:

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 import torch
 
 from magma_torch.config.schema import HeuristicConsolidationConfig, LLMConsolidationConfig, SlowPathConfig
-from magma_torch.ingest.consolidator import CausalLink, Consolidator, EventView, SupersessionLink
+from magma_torch.ingest.consolidator import CausalLink, Consolidator, EventView, SupersessionLink, time_order
 from magma_torch.store.store import MemoryStore
 from magma_torch.text.embedder import Embedder
 
@@ -284,7 +284,7 @@ class SlowPathWorker:
                 kept += new
                 frontier = torch.tensor(new, dtype=torch.long, device=dev)
             views = [self._view(j) for j in kept]
-            out[i] = sorted(views, key=lambda v: (v.timestamp, v.id))
+            out[i] = sorted(views, key=time_order)
         return out
 
     def _named_entities(self, i: int) -> list[int]:
@@ -346,6 +346,8 @@ class SlowPathWorker:
             return f"confidence {link.confidence!r} not in (0, 1]"
         if cause == effect:
             return "self-loop"
+        if time_order(self._view(cause)) > time_order(self._view(effect)):
+            return "cause is later than effect"
         if g.has_causal(cause, effect):
             return "duplicate"
         if g.causal_path_exists(effect, cause):

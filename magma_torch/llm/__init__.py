@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import LLM, Generation, LLMUnavailable, Prompt, Usage
+from .base import LLM, Generation, LLMInterfaceError, LLMUnavailable, Prompt, Usage
 
 _LAZY = {
     "OpenAIBackend": "openai_backend",
@@ -17,7 +17,7 @@ _LAZY = {
     "VLLMBackend": "vllm_backend",
 }
 
-__all__ = ["LLM", "Generation", "LLMUnavailable", "Prompt", "Usage", "build_llm", *_LAZY]
+__all__ = ["LLM", "Generation", "LLMInterfaceError", "LLMUnavailable", "Prompt", "Usage", "build_llm", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -28,6 +28,11 @@ class LLMUnavailable(MagmaError, RuntimeError):
     """The backend cannot be used at all (no key, server unreachable): fail fast, one line."""
 
 
+class LLMInterfaceError(MagmaError, RuntimeError):
+    """An LLM broke its interface: ``generate`` did not give one Generation per prompt (a bug of that
+    backend; which generation belongs to which prompt is then unknown)."""
+
+
 @dataclass
 class Usage:
     """Thread-safe counters for cost accounting."""
@@ -71,3 +76,12 @@ class LLM(Protocol):
         """One Generation per prompt, in order; batched inside the backend."""
 
     def close(self) -> None: ...
+
+
+def checked_generate(llm: LLM, prompts: Sequence[Prompt], **kw) -> list[Generation]:
+    """``llm.generate(prompts, **kw)`` (no call for no prompts), held to one Generation per prompt."""
+    gens = list(llm.generate(prompts, **kw)) if prompts else []
+    if len(gens) != len(prompts):
+        raise LLMInterfaceError(f"LLM {getattr(llm, 'name', llm)!s} returned {len(gens)} generations "
+                                f"for {len(prompts)} prompts")
+    return gens

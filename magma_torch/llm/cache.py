@@ -27,7 +27,7 @@ from pathlib import Path
 
 from magma_torch.files import append_synced, read_complete_lines
 
-from .base import LLM, Generation, Prompt
+from .base import LLM, Generation, Prompt, checked_generate
 from .schema import to_json_schema
 
 
@@ -61,8 +61,8 @@ class CachedLLM:
             missing = [i for i, k in enumerate(keys) if k not in self._lines]
         if missing:
             t0 = time.perf_counter()
-            gens = self.llm.generate([prompts[i] for i in missing], schema=schema, max_tokens=max_tokens,
-                                     temperature=temperature)
+            gens = checked_generate(self.llm, [prompts[i] for i in missing], schema=schema, max_tokens=max_tokens,
+                                    temperature=temperature)
             seconds = (time.perf_counter() - t0) / len(missing)
             new = [{"key": keys[i], "text": g.text, "parsed": _plain(g.parsed), "prompt_tokens": g.prompt_tokens,
                     "completion_tokens": g.completion_tokens, "seconds": seconds}

@@ -148,6 +148,8 @@ class OpenAIBackend:
                 c_tok += int(usage.get("completion_tokens") or 0)
                 choice = data["choices"][0]
                 text = choice["message"].get("content") or ""
+                if not isinstance(text, str):   # e.g. a list of content parts: no text this backend can read
+                    raise TypeError(f"message content is a {type(text).__name__}, not a string")
             except Exception as e:
                 reason = f"bad response body: {type(e).__name__}: {str(e)[:120]}"
                 continue

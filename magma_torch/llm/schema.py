@@ -45,7 +45,13 @@ _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
 def extract_json(text: str, lenient: bool = False) -> Any:
     """Decode ``text`` as JSON. With ``lenient`` (prompted, unconstrained models) strip a code
     fence and fall back to the first balanced {...} / [...] block in the text."""
-    s = text.strip()
+    try:
+        return _decoded(text.strip(), lenient)
+    except RecursionError:   # json recurses once per nesting level: "[[[[..." past the interpreter's limit
+        raise OutputError("malformed JSON: nested too deeply") from None
+
+
+def _decoded(s: str, lenient: bool) -> Any:
     try:
         return json.loads(s)
     except json.JSONDecodeError as e:
