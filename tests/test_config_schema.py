@@ -139,6 +139,9 @@ def test_a_saved_config_with_keys_since_removed_or_added_still_opens():
     assert cfg.retrieval.anchor_k == 200 and cfg.name == "hybrid_rag"       # the saved values win
 
 
+FOLDER = Path("/tmp/x")    # the run folder the configs are compared for (their out_dir)
+
+
 def test_a_run_folder_written_by_an_earlier_version_still_resumes():
     """Its config.yaml has a setting since removed (slow_path.window) and lacks ones added since."""
     from magma_torch.eval.run_folder import _comparable, differences
@@ -149,9 +152,9 @@ def test_a_run_folder_written_by_an_earlier_version_still_resumes():
     old["memory"]["slow_path"]["window"] = 6
     del old["memory"]["fast_path"]["default_stream"], old["consolidation"]["max_supersedes_per_event"]
     old = OmegaConf.create(old)
-    assert differences(_comparable(old), _comparable(new)) == []
+    assert differences(_comparable(old, FOLDER), _comparable(new, FOLDER)) == []
     new.memory.retrieval.anchor_k = 7
-    assert differences(_comparable(old), _comparable(new)) == ["memory.retrieval.anchor_k: 50 -> 7"]
+    assert differences(_comparable(old, FOLDER), _comparable(new, FOLDER)) == ["memory.retrieval.anchor_k: 50 -> 7"]
 
 
 def test_a_consolidation_cache_may_be_added_when_a_run_resumes():
@@ -161,6 +164,6 @@ def test_a_consolidation_cache_may_be_added_when_a_run_resumes():
     old = OmegaConf.create({"out_dir": "/tmp/x", "consolidation": consolidation_config("llm")})
     new = OmegaConf.create(OmegaConf.to_container(old))
     new.consolidation.cache = "/tmp/x/consolidation_cache.jsonl"
-    assert differences(_comparable(old), _comparable(new)) == []
+    assert differences(_comparable(old, FOLDER), _comparable(new, FOLDER)) == []
     new.consolidation.max_tokens = 64
-    assert differences(_comparable(old), _comparable(new)) == ["consolidation.max_tokens: 256 -> 64"]
+    assert differences(_comparable(old, FOLDER), _comparable(new, FOLDER)) == ["consolidation.max_tokens: 256 -> 64"]
