@@ -146,6 +146,15 @@ def test_tense_is_read_per_sentence():
     assert [r.label() for r in found] == ["2023-08", "2023-10"]
 
 
+def test_tense_is_read_once_per_sentence(monkeypatch):
+    # Reading it again for every expression made long texts quadratic.
+    sentences = []
+    monkeypatch.setattr(temporal, "_tense", lambda sentence: sentences.append(sentence) or "past")
+    found = resolve_dates("I ran on Monday and on Friday, yesterday and today. I rest on Sunday.", MON)
+    assert len(found) == 5
+    assert sentences == ["I ran on Monday and on Friday, yesterday and today", "I rest on Sunday."]
+
+
 def test_longest_expression_wins_overlaps():
     assert [r.expression for r in resolve_dates("It was in May 2023.", JUN)] == ["in May 2023"]
 

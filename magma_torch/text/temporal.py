@@ -27,6 +27,7 @@ sentence and otherwise to the next one, since plans are what people date that wa
 """
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import functools
 import math
@@ -263,11 +264,25 @@ _ADJECTIVAL_PARTICIPLE = re.compile(
 _SENTENCE_END = re.compile(r"[.!?;]+\s+|\n")
 
 
-def _sentence_of(text: str, position: int) -> str:
-    """The sentence of `text` around `position`: tense is read per sentence, not per turn."""
-    start = max((m.end() for m in _SENTENCE_END.finditer(text, 0, position)), default=0)
-    end = _SENTENCE_END.search(text, position)
-    return text[start:end.start() if end else len(text)]
+class _Sentences:
+    """The sentences of a text and their tenses: tense is read per sentence, not per turn.
+
+    Bounds are found once and each tense read once: a rescan per date expression made
+    long texts quadratic.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        ends = list(_SENTENCE_END.finditer(text))
+        self.starts = [0] + [m.end() for m in ends]
+        self.stops = [m.start() for m in ends] + [len(text)]
+        self.tenses: dict[int, str] = {}
+
+    def tense_at(self, position: int) -> str:
+        i = bisect.bisect_right(self.starts, position) - 1
+        if i not in self.tenses:
+            self.tenses[i] = _tense(self.text[self.starts[i]:self.stops[i]])
+        return self.tenses[i]
 
 
 def _tense(sentence: str) -> str:
@@ -502,21 +517,23 @@ def resolve_dates(text: str, reference: dt.datetime | dt.date) -> list[ResolvedD
         return []
     ref = reference.date() if isinstance(reference, dt.datetime) else reference
     normalised = text.replace("\u2019", "'")  # curly apostrophes (I’ll, New Year’s); same length
+    sentences = _Sentences(normalised)
     found = []
     for pattern, resolve in _RULES:
         for m in pattern.finditer(normalised):
             try:
-                span = resolve(m, ref, _tense(_sentence_of(normalised, m.start())))
+                span = resolve(m, ref, sentences.tense_at(m.start()))
             except (ValueError, OverflowError):  # calendar arithmetic past year 1 or 9999
                 continue
             if span:
                 found.append((m.start(), m.end(), span))
-    chosen: list[tuple[int, int, _Span]] = []
+    chosen: list[tuple[int, int, _Span]] = []  # in text order, never overlapping
     # Longest match wins an overlap ("in May 2023" over "in May"); ties go to the earlier rule.
     for start, end, span in sorted(found, key=lambda f: f[0] - f[1]):
-        if all(end <= s or start >= e for s, e, _ in chosen):
-            chosen.append((start, end, span))
-    chosen.sort(key=lambda c: c[0])
+        i = bisect.bisect_left(chosen, start, key=lambda c: c[0])
+        # Only the neighbours can overlap: checking all chosen matches made long texts quadratic.
+        if (i == 0 or chosen[i - 1][1] <= start) and (i == len(chosen) or chosen[i][0] >= end):
+            chosen.insert(i, (start, end, span))
     return [ResolvedDate(text[s:e], *span) for s, e, span in chosen]
 
 
