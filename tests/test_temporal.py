@@ -146,6 +146,22 @@ def test_tense_is_read_per_sentence():
     assert [r.label() for r in found] == ["2023-08", "2023-10"]
 
 
+@pytest.mark.parametrize(("text", "label"), [
+    ("We visited St. Louis in June.", "2023-06"),
+    ("We went to the U.S. in June.", "2023-06"),
+    ("We met Dr. Lee in June.", "2023-06"),
+    ("I'll fly to Washington D.C. on Sept. 10.", "2023-09-10"),
+    ("We ate pizza, e.g. margherita, in June.", "2023-06"),
+])
+def test_abbreviation_periods_do_not_end_the_sentence(text, label):
+    # Split there, the date's clause loses its verb and its tense.
+    assert [r.label() for r in resolve_dates(text, AUG)] == [label]
+
+
+def test_pronoun_i_still_ends_a_sentence():
+    assert [r.label() for r in resolve_dates("She will come, and so will I. We met on Friday.", AUG)] == ["2023-08-18"]
+
+
 def test_tense_is_read_once_per_sentence(monkeypatch):
     # Reading it again for every expression made long texts quadratic.
     sentences = []

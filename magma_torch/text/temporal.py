@@ -223,6 +223,8 @@ _YEAR_RE = r"(?:19|20)\d\d"
 _DAY_RE = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
 _HOLIDAY_RE = r"christmas\s+eve|christmas|new\s+year's\s+eve|new\s+year's\s+day|new\s+year|halloween|valentine's\s+day|thanksgiving"
 _UNIT_RE = r"day|week|weekend|month|year"
+# Their period does not end a sentence ("We met Dr. Lee in June."); matched case-insensitively.
+_ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "prof", "st", "mt", "jr", "sr", "vs", "e.g", "i.e")
 
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
@@ -261,7 +263,11 @@ _ADJECTIVAL_PARTICIPLE = re.compile(
     r"(?:so\s+|really\s+|very\s+|super\s+|pretty\s+)?\w+ed\b",
     re.I,
 )
-_SENTENCE_END = re.compile(r"[.!?;]+\s+|\n")
+# Periods of abbreviations, initials ("U.S.", "J.", but not the pronoun in "so do I.") and a month
+# before its day ("Sept. 10") are matched first so that they never count as sentence ends (`end`).
+_SENTENCE_END_OR_ABBREVIATION = re.compile(
+    rf"\b(?:(?i:{'|'.join(map(re.escape, _ABBREVIATIONS))})\.|(?!I\.\s)(?:[A-Z]\.)+|(?i:{_MONTH_ABBR})\.(?=\s+\d))"
+    r"|(?P<end>[.!?;]+\s+|\n)")
 
 
 class _Sentences:
@@ -273,7 +279,7 @@ class _Sentences:
 
     def __init__(self, text: str):
         self.text = text
-        ends = list(_SENTENCE_END.finditer(text))
+        ends = [m for m in _SENTENCE_END_OR_ABBREVIATION.finditer(text) if m.group("end")]
         self.starts = [0] + [m.end() for m in ends]
         self.stops = [m.start() for m in ends] + [len(text)]
         self.tenses: dict[int, str] = {}
