@@ -110,6 +110,7 @@ TENSE_CASES = [
     ("We signed up for a pottery class in November.", AUG, "2023-11-01", "2023-11-30", "month"),
     ("I'm getting married in June!", MAR24, "2024-06-01", "2024-06-30", "month"),
     ("My sister's wedding is in April.", MAR24, "2024-04-01", "2024-04-30", "month"),
+    ("My sister's wedding is on April 20.", MAR24, "2024-04-20", "2024-04-20", "day"),
     ("I'm so excited about the concert in December.", AUG, "2023-12-01", "2023-12-31", "month"),
     ("I hope to finish the novel by November.", AUG, "2023-11-01", "2023-11-30", "month"),
     ("We visited my grandma in July.", AUG, "2023-07-01", "2023-07-31", "month"),

@@ -22,8 +22,9 @@ before the reference and "next X" the first one strictly after it; a weekend is
 Saturday..Sunday of its week; seasons are northern meteorological (winter =
 December..February, named by its December). Tense is read per sentence. A bare
 weekday ("on Friday") points to the past unless the sentence reads as future tense; a
-bare yearly name ("in September", "at Christmas") points to the past in a past-tense
-sentence and otherwise to the next one, since plans are what people date that way.
+bare yearly name or a date without a year ("in September", "at Christmas", "on April 20")
+points to the past in a past-tense sentence and otherwise to the next one, since plans
+are what people date that way.
 """
 from __future__ import annotations
 
@@ -466,9 +467,10 @@ def _r_absolute(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
     day = _dateparse(span, ref)
     if day is None:
         return None
-    if tense == "future" and not has_year and day < ref:
+    if tense != "past" and not has_year and day < ref:
         # Parsed with a past preference (dateparser's "future" one skips today's date), so a
-        # year-less date in a future-tense turn moves on to its next occurrence.
+        # year-less date outside a past-tense sentence moves on to its next occurrence, as
+        # _recurring_mode places month names.
         try:
             day = day.replace(year=day.year + 1)
         except ValueError:  # 29 February has no next-year twin; keep the leap-year date
