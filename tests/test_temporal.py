@@ -87,6 +87,7 @@ CASES = [
     ("The deadline was 2023-05-01.", JUN, "2023-05-01", "2023-05-01", "day"),
     ("I met her on the 5th of June.", MON, "2022-06-05", "2022-06-05", "day"),
     ("I'll be there on the 5th of June.", MON, "2023-06-05", "2023-06-05", "day"),
+    ("I'll see you on Feb 29.", dt.datetime(2023, 3, 1), "2024-02-29", "2024-02-29", "day"),
     ("We went to the lake last summer.", MON, "2022-06-01", "2022-08-31", "season"),
     ("We went to the lake last summer.", SEP, "2023-06-01", "2023-08-31", "season"),
     ("It snowed a lot last winter.", MON, "2022-12-01", "2023-02-28", "season"),

@@ -29,6 +29,7 @@ are what people date that way.
 from __future__ import annotations
 
 import bisect
+import calendar
 import datetime as dt
 import functools
 import math
@@ -471,11 +472,16 @@ def _r_absolute(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
         # Parsed with a past preference (dateparser's "future" one skips today's date), so a
         # year-less date outside a past-tense sentence moves on to its next occurrence, as
         # _recurring_mode places month names.
-        try:
-            day = day.replace(year=day.year + 1)
-        except ValueError:  # 29 February has no next-year twin; keep the leap-year date
-            pass
+        day = _next_year_with(day)
     return day, day, "day"
+
+
+def _next_year_with(day: dt.date) -> dt.date:
+    """`day`'s month and day in the first later year that has them (29 February waits for a leap year)."""
+    year = day.year + 1
+    while (day.month, day.day) == (2, 29) and not calendar.isleap(year):
+        year += 1
+    return day.replace(year=year)
 
 
 _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]]] = [
