@@ -225,6 +225,8 @@ _YEAR_RE = r"(?:19|20)\d\d"
 _DAY_RE = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
 _HOLIDAY_RE = r"christmas\s+eve|christmas|new\s+year's\s+eve|new\s+year's\s+day|new\s+year|halloween|valentine's\s+day|thanksgiving"
 _UNIT_RE = r"day|week|weekend|month|year"
+# Verbs of liking in the progressive state a feeling, never a plan ("I'm loving the photos").
+_STATIVE_ING = ("loving", "liking", "hating")
 # Their period does not end a sentence ("We met Dr. Lee in June."); matched case-insensitively.
 _ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "prof", "st", "mt", "jr", "sr", "vs", "e.g", "i.e")
 
@@ -242,13 +244,18 @@ _GATE = re.compile(
     r"|christmas|new\s+year|halloween|valentine|thanksgiving)\b|(?:19|20)\d\d|\d[/-]\d",
     re.I,
 )
-# Plans, bookings and the progressive-for-future ("I'm running the half in September").
+# Plans and bookings.
 _FUTURE_CUE = re.compile(
     r"\b(?:will|won't|shall|gonna|(?:am|is|are|i'm|we're|you're|they're|he's|she's)\s+going\s+to"
     r"|plan(?:ning|s)?\s+(?:to|for|on)|planning|about\s+to|can't\s+wait|looking\s+forward|upcoming"
     r"|coming\s+up|hop(?:e|ing)\s+to|want\s+to|would\s+like\s+to|intend\s+to|aim(?:ing)?\s+to"
-    r"|training\s+for|preparing\s+for|signed\s+up|registered|booked|scheduled"
-    r"|(?:i'm|we're|you're|they're|he's|she's|am|are|is)\s+(?:\w+ing)\b(?!\s+to\b))\b|\w'll\b",
+    r"|training\s+for|preparing\s+for|signed\s+up|registered|booked|scheduled)\b|\w'll\b",
+    re.I,
+)
+# The progressive-for-future ("I'm running the half in September"); never with a stative verb.
+_PROGRESSIVE = re.compile(
+    rf"\b(?:i'm|we're|you're|they're|he's|she's|am|are|is)\s+"
+    rf"(?!(?:{'|'.join(_STATIVE_ING)})\b)\w+ing\b(?!\s+to\b)",
     re.I,
 )
 # Past tense: auxiliaries, common irregular verbs and regular "-ed" forms (not "-eed": need, feed).
@@ -265,6 +272,7 @@ _ADJECTIVAL_PARTICIPLE = re.compile(
     r"(?:so\s+|really\s+|very\s+|super\s+|pretty\s+)?\w+ed\b",
     re.I,
 )
+_CLAUSE_BREAK = re.compile(r"[,:()\u2013\u2014]|\s-\s")
 # Periods of abbreviations, initials ("U.S.", "J.", but not the pronoun in "so do I.") and a month
 # before its day ("Sept. 10") are matched first so that they never count as sentence ends (`end`).
 _SENTENCE_END_OR_ABBREVIATION = re.compile(
@@ -294,10 +302,22 @@ class _Sentences:
 
 
 def _tense(sentence: str) -> str:
-    """"future", "past" or "present"; a plan outweighs a past verb ("I booked a trip in May")."""
+    """"future", "past" or "present"; a plan outweighs a past verb ("I booked a trip in May").
+
+    A progressive is a plan only when no past verb follows it in its clause: in "It is amazing
+    how much we did in July" or "I'm missing the trip we took in July" it is an adjective or
+    a feeling about the past.
+    """
     if _FUTURE_CUE.search(sentence):
         return "future"
-    return "past" if _PAST_CUE.search(_ADJECTIVAL_PARTICIPLE.sub(" ", sentence)) else "present"
+    # Blanked to the same length, so positions in the sentence hold for both.
+    without_adjectives = _ADJECTIVAL_PARTICIPLE.sub(lambda m: " " * len(m.group()), sentence)
+    for progressive in _PROGRESSIVE.finditer(sentence):
+        clause_break = _CLAUSE_BREAK.search(sentence, progressive.end())
+        clause_end = clause_break.start() if clause_break else len(sentence)
+        if not _PAST_CUE.search(without_adjectives, progressive.end(), clause_end):
+            return "future"
+    return "past" if _PAST_CUE.search(without_adjectives) else "present"
 
 
 def _count(text: str) -> tuple[int, int]:
