@@ -225,6 +225,8 @@ _YEAR_RE = r"(?:19|20)\d\d"
 _DAY_RE = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
 _HOLIDAY_RE = r"christmas\s+eve|christmas|new\s+year's\s+eve|new\s+year's\s+day|new\s+year|halloween|valentine's\s+day|thanksgiving"
 _UNIT_RE = r"day|week|weekend|month|year"
+# Only after one of these is "of <month>" a date ("the end of June", not "a photo of June").
+_PART_OF_MONTH_RE = rf"(?:beginning|start|middle|end|rest|half|{_UNIT_RE})s?"
 # Verbs of liking in the progressive state a feeling, never a plan ("I'm loving the photos").
 _STATIVE_ING = ("loving", "liking", "hating")
 # Their period does not end a sentence ("We met Dr. Lee in June."); matched case-insensitively.
@@ -424,9 +426,9 @@ def _r_season(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
     name = m.group("s").lower()
     if m.group("y"):
         start, end = _season(name, int(m.group("y")))
-    elif m.group("mod") or m.group("prep"):
+    elif m.group("mod") or (m.group("prep") and not (name == "fall" and m.group("prep").lower() == "the")):
         start, end = _pick(functools.partial(_season, name), ref, _recurring_mode(m, tense))
-    else:  # "summer camp", "I fall asleep"
+    else:  # "summer camp", "I fall asleep", and the noun in "after the fall"
         return None
     return start, end, "season"
 
@@ -533,7 +535,8 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]
     (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+)?(?P<h>{_HOLIDAY_RE})(?:\s+(?P<y>{_YEAR_RE}))?\b", re.I),
      _r_holiday),
     (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+"
-                rf"|(?P<prep>in|during|since|until|till|by|of|early|mid|late|through|throughout)[\s-]+)?"
+                rf"|(?P<prep>in|during|since|until|till|by|{_PART_OF_MONTH_RE}\s+of|early|mid|late|through"
+                rf"|throughout)[\s-]+)?"
                 rf"(?P<m>{_MONTH_RE})\b(?:,?\s+(?:of\s+)?(?P<y>{_YEAR_RE})\b)?", re.I),
      _r_month),
     (re.compile(rf"\b(?:in|during|since|until|till|by|of|from|around|back\s+in|early|mid|late|the\s+year)[\s-]+"
