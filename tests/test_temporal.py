@@ -88,10 +88,15 @@ CASES = [
     ("The deadline was 2023-05-01.", JUN, "2023-05-01", "2023-05-01", "day"),
     ("I met her on the 5th of June.", MON, "2022-06-05", "2022-06-05", "day"),
     ("I'll be there on the 5th of June.", MON, "2023-06-05", "2023-06-05", "day"),
+    ("I'll see you on Feb 29.", dt.datetime(2023, 3, 1), "2024-02-29", "2024-02-29", "day"),
     ("We went to the lake last summer.", MON, "2022-06-01", "2022-08-31", "season"),
     ("We went to the lake last summer.", SEP, "2023-06-01", "2023-08-31", "season"),
     ("It snowed a lot last winter.", MON, "2022-12-01", "2023-02-28", "season"),
     ("We travelled in the summer of 2021.", MON, "2021-06-01", "2021-08-31", "season"),
+    ("The fall of 2021 was hard.", MON, "2021-09-01", "2021-11-30", "season"),
+    ("We moved in the fall.", MON, "2022-09-01", "2022-11-30", "season"),
+    ("It opened at the end of June.", MON, "2022-06-01", "2022-06-30", "month"),
+    ("We met in the second week of November.", MON, "2022-11-01", "2022-11-30", "month"),
     ("I got a guitar last Christmas.", MON, "2022-12-25", "2022-12-25", "day"),
     ("I got a guitar last Christmas.", DEC, "2023-12-25", "2023-12-25", "day"),
     ("We cooked for Thanksgiving.", MON, "2022-11-24", "2022-11-24", "day"),
@@ -111,12 +116,17 @@ TENSE_CASES = [
     ("We signed up for a pottery class in November.", AUG, "2023-11-01", "2023-11-30", "month"),
     ("I'm getting married in June!", MAR24, "2024-06-01", "2024-06-30", "month"),
     ("My sister's wedding is in April.", MAR24, "2024-04-01", "2024-04-30", "month"),
+    ("My sister's wedding is on April 20.", MAR24, "2024-04-20", "2024-04-20", "day"),
     ("I'm so excited about the concert in December.", AUG, "2023-12-01", "2023-12-31", "month"),
     ("I hope to finish the novel by November.", AUG, "2023-11-01", "2023-11-30", "month"),
     ("We visited my grandma in July.", AUG, "2023-07-01", "2023-07-31", "month"),
     ("We visited my grandma in July.", MAR24, "2023-07-01", "2023-07-31", "month"),
     ("My dog was born in October.", MAR24, "2023-10-01", "2023-10-31", "month"),
     ("It rained the whole time we were in Spain in April.", AUG, "2023-04-01", "2023-04-30", "month"),
+    ("It is amazing how much we did in July.", AUG, "2023-07-01", "2023-07-31", "month"),
+    ("I'm missing the beach trip we took in July.", AUG, "2023-07-01", "2023-07-31", "month"),
+    ("I'm running the half in September, I trained so hard.", MAR24, "2024-09-01", "2024-09-30", "month"),
+    ("I'm loving the photos from Friday.", MON, "2023-05-05", "2023-05-05", "day"),
     ("I've been sober since February.", AUG, "2023-02-01", "2023-02-28", "month"),
     ("I've been learning guitar since January.", MAR24, "2024-01-01", "2024-01-31", "month"),
     ("We adopted the kittens in January.", MAR24, "2024-01-01", "2024-01-31", "month"),
@@ -147,6 +157,31 @@ def test_tense_is_read_per_sentence():
     assert [r.label() for r in found] == ["2023-08", "2023-10"]
 
 
+@pytest.mark.parametrize(("text", "label"), [
+    ("We visited St. Louis in June.", "2023-06"),
+    ("We went to the U.S. in June.", "2023-06"),
+    ("We met Dr. Lee in June.", "2023-06"),
+    ("I'll fly to Washington D.C. on Sept. 10.", "2023-09-10"),
+    ("We ate pizza, e.g. margherita, in June.", "2023-06"),
+])
+def test_abbreviation_periods_do_not_end_the_sentence(text, label):
+    # Split there, the date's clause loses its verb and its tense.
+    assert [r.label() for r in resolve_dates(text, AUG)] == [label]
+
+
+def test_pronoun_i_still_ends_a_sentence():
+    assert [r.label() for r in resolve_dates("She will come, and so will I. We met on Friday.", AUG)] == ["2023-08-18"]
+
+
+def test_tense_is_read_once_per_sentence(monkeypatch):
+    # Reading it again for every expression made long texts quadratic.
+    sentences = []
+    monkeypatch.setattr(temporal, "_tense", lambda sentence: sentences.append(sentence) or "past")
+    found = resolve_dates("I ran on Monday and on Friday, yesterday and today. I rest on Sunday.", MON)
+    assert len(found) == 5
+    assert sentences == ["I ran on Monday and on Friday, yesterday and today", "I rest on Sunday."]
+
+
 def test_longest_expression_wins_overlaps():
     assert [r.expression for r in resolve_dates("It was in May 2023.", JUN)] == ["in May 2023"]
 
@@ -174,6 +209,9 @@ def test_label(resolved, label):
     "I fall asleep easily.",
     "She will march in the parade.",
     "June is my best friend.",
+    "I took a photo of June and her dog.",
+    "I recovered after the fall.",
+    "We watched the fall of the Berlin wall documentary.",
     "Have a nice day!",
     "I scored 10/10 on the quiz.",
     "Those were the best days of my life.",

@@ -22,11 +22,14 @@ before the reference and "next X" the first one strictly after it; a weekend is
 Saturday..Sunday of its week; seasons are northern meteorological (winter =
 December..February, named by its December). Tense is read per sentence. A bare
 weekday ("on Friday") points to the past unless the sentence reads as future tense; a
-bare yearly name ("in September", "at Christmas") points to the past in a past-tense
-sentence and otherwise to the next one, since plans are what people date that way.
+bare yearly name or a date without a year ("in September", "at Christmas", "on April 20")
+points to the past in a past-tense sentence and otherwise to the next one, since plans
+are what people date that way.
 """
 from __future__ import annotations
 
+import bisect
+import calendar
 import datetime as dt
 import functools
 import math
@@ -227,6 +230,12 @@ _YEAR_RE = r"(?:19|20)\d\d"
 _DAY_RE = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
 _HOLIDAY_RE = r"christmas\s+eve|christmas|new\s+year's\s+eve|new\s+year's\s+day|new\s+year|halloween|valentine's\s+day|thanksgiving"
 _UNIT_RE = r"day|week|weekend|month|year"
+# Only after one of these is "of <month>" a date ("the end of June", not "a photo of June").
+_PART_OF_MONTH_RE = rf"(?:beginning|start|middle|end|rest|half|{_UNIT_RE})s?"
+# Verbs of liking in the progressive state a feeling, never a plan ("I'm loving the photos").
+_STATIVE_ING = ("loving", "liking", "hating")
+# Their period does not end a sentence ("We met Dr. Lee in June."); matched case-insensitively.
+_ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "prof", "st", "mt", "jr", "sr", "vs", "e.g", "i.e")
 
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
@@ -242,13 +251,18 @@ _GATE = re.compile(
     r"|christmas|new\s+year|halloween|valentine|thanksgiving)\b|(?:19|20)\d\d|\d[/-]\d",
     re.I,
 )
-# Plans, bookings and the progressive-for-future ("I'm running the half in September").
+# Plans and bookings.
 _FUTURE_CUE = re.compile(
     r"\b(?:will|won't|shall|gonna|(?:am|is|are|i'm|we're|you're|they're|he's|she's)\s+going\s+to"
     r"|plan(?:ning|s)?\s+(?:to|for|on)|planning|about\s+to|can't\s+wait|looking\s+forward|upcoming"
     r"|coming\s+up|hop(?:e|ing)\s+to|want\s+to|would\s+like\s+to|intend\s+to|aim(?:ing)?\s+to"
-    r"|training\s+for|preparing\s+for|signed\s+up|registered|booked|scheduled"
-    r"|(?:i'm|we're|you're|they're|he's|she's|am|are|is)\s+(?:\w+ing)\b(?!\s+to\b))\b|\w'll\b",
+    r"|training\s+for|preparing\s+for|signed\s+up|registered|booked|scheduled)\b|\w'll\b",
+    re.I,
+)
+# The progressive-for-future ("I'm running the half in September"); never with a stative verb.
+_PROGRESSIVE = re.compile(
+    rf"\b(?:i'm|we're|you're|they're|he's|she's|am|are|is)\s+"
+    rf"(?!(?:{'|'.join(_STATIVE_ING)})\b)\w+ing\b(?!\s+to\b)",
     re.I,
 )
 # Past tense: auxiliaries, common irregular verbs and regular "-ed" forms (not "-eed": need, feed).
@@ -265,21 +279,52 @@ _ADJECTIVAL_PARTICIPLE = re.compile(
     r"(?:so\s+|really\s+|very\s+|super\s+|pretty\s+)?\w+ed\b",
     re.I,
 )
-_SENTENCE_END = re.compile(r"[.!?;]+\s+|\n")
+_CLAUSE_BREAK = re.compile(r"[,:()\u2013\u2014]|\s-\s")
+# Periods of abbreviations, initials ("U.S.", "J.", but not the pronoun in "so do I.") and a month
+# before its day ("Sept. 10") are matched first so that they never count as sentence ends (`end`).
+_SENTENCE_END_OR_ABBREVIATION = re.compile(
+    rf"\b(?:(?i:{'|'.join(map(re.escape, _ABBREVIATIONS))})\.|(?!I\.\s)(?:[A-Z]\.)+|(?i:{_MONTH_ABBR})\.(?=\s+\d))"
+    r"|(?P<end>[.!?;]+\s+|\n)")
 
 
-def _sentence_of(text: str, position: int) -> str:
-    """The sentence of `text` around `position`: tense is read per sentence, not per turn."""
-    start = max((m.end() for m in _SENTENCE_END.finditer(text, 0, position)), default=0)
-    end = _SENTENCE_END.search(text, position)
-    return text[start:end.start() if end else len(text)]
+class _Sentences:
+    """The sentences of a text and their tenses: tense is read per sentence, not per turn.
+
+    Bounds are found once and each tense read once: a rescan per date expression made
+    long texts quadratic.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        ends = [m for m in _SENTENCE_END_OR_ABBREVIATION.finditer(text) if m.group("end")]
+        self.starts = [0] + [m.end() for m in ends]
+        self.stops = [m.start() for m in ends] + [len(text)]
+        self.tenses: dict[int, str] = {}
+
+    def tense_at(self, position: int) -> str:
+        i = bisect.bisect_right(self.starts, position) - 1
+        if i not in self.tenses:
+            self.tenses[i] = _tense(self.text[self.starts[i]:self.stops[i]])
+        return self.tenses[i]
 
 
 def _tense(sentence: str) -> str:
-    """"future", "past" or "present"; a plan outweighs a past verb ("I booked a trip in May")."""
+    """"future", "past" or "present"; a plan outweighs a past verb ("I booked a trip in May").
+
+    A progressive is a plan only when no past verb follows it in its clause: in "It is amazing
+    how much we did in July" or "I'm missing the trip we took in July" it is an adjective or
+    a feeling about the past.
+    """
     if _FUTURE_CUE.search(sentence):
         return "future"
-    return "past" if _PAST_CUE.search(_ADJECTIVAL_PARTICIPLE.sub(" ", sentence)) else "present"
+    # Blanked to the same length, so positions in the sentence hold for both.
+    without_adjectives = _ADJECTIVAL_PARTICIPLE.sub(lambda m: " " * len(m.group()), sentence)
+    for progressive in _PROGRESSIVE.finditer(sentence):
+        clause_break = _CLAUSE_BREAK.search(sentence, progressive.end())
+        clause_end = clause_break.start() if clause_break else len(sentence)
+        if not _PAST_CUE.search(without_adjectives, progressive.end(), clause_end):
+            return "future"
+    return "past" if _PAST_CUE.search(without_adjectives) else "present"
 
 
 def _count(text: str) -> tuple[int, int]:
@@ -386,9 +431,9 @@ def _r_season(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
     name = m.group("s").lower()
     if m.group("y"):
         start, end = _season(name, int(m.group("y")))
-    elif m.group("mod") or m.group("prep"):
+    elif m.group("mod") or (m.group("prep") and not (name == "fall" and m.group("prep").lower() == "the")):
         start, end = _pick(functools.partial(_season, name), ref, _recurring_mode(m, tense))
-    else:  # "summer camp", "I fall asleep"
+    else:  # "summer camp", "I fall asleep", and the noun in "after the fall"
         return None
     return start, end, "season"
 
@@ -450,14 +495,20 @@ def _r_absolute(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
     day = _dateparse(span, ref)
     if day is None:
         return None
-    if tense == "future" and not has_year and day < ref:
+    if tense != "past" and not has_year and day < ref:
         # Parsed with a past preference (dateparser's "future" one skips today's date), so a
-        # year-less date in a future-tense turn moves on to its next occurrence.
-        try:
-            day = day.replace(year=day.year + 1)
-        except ValueError:  # 29 February has no next-year twin; keep the leap-year date
-            pass
+        # year-less date outside a past-tense sentence moves on to its next occurrence, as
+        # _recurring_mode places month names.
+        day = _next_year_with(day)
     return day, day, "day"
+
+
+def _next_year_with(day: dt.date) -> dt.date:
+    """`day`'s month and day in the first later year that has them (29 February waits for a leap year)."""
+    year = day.year + 1
+    while (day.month, day.day) == (2, 29) and not calendar.isleap(year):
+        year += 1
+    return day.replace(year=year)
 
 
 _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]]] = [
@@ -489,7 +540,8 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]
     (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+)?(?P<h>{_HOLIDAY_RE})(?:\s+(?P<y>{_YEAR_RE}))?\b", re.I),
      _r_holiday),
     (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+"
-                rf"|(?P<prep>in|during|since|until|till|by|of|early|mid|late|through|throughout)[\s-]+)?"
+                rf"|(?P<prep>in|during|since|until|till|by|{_PART_OF_MONTH_RE}\s+of|early|mid|late|through"
+                rf"|throughout)[\s-]+)?"
                 rf"(?P<m>{_MONTH_RE})\b(?:,?\s+(?:of\s+)?(?P<y>{_YEAR_RE})\b)?", re.I),
      _r_month),
     (re.compile(rf"\b(?:in|during|since|until|till|by|of|from|around|back\s+in|early|mid|late|the\s+year)[\s-]+"
@@ -507,21 +559,23 @@ def resolve_dates(text: str, reference: dt.datetime | dt.date) -> list[ResolvedD
         return []
     ref = reference.date() if isinstance(reference, dt.datetime) else reference
     normalised = text.replace("\u2019", "'")  # curly apostrophes (I’ll, New Year’s); same length
+    sentences = _Sentences(normalised)
     found = []
     for pattern, resolve in _RULES:
         for m in pattern.finditer(normalised):
             try:
-                span = resolve(m, ref, _tense(_sentence_of(normalised, m.start())))
+                span = resolve(m, ref, sentences.tense_at(m.start()))
             except (ValueError, OverflowError):  # calendar arithmetic past year 1 or 9999
                 continue
             if span:
                 found.append((m.start(), m.end(), span))
-    chosen: list[tuple[int, int, _Span]] = []
+    chosen: list[tuple[int, int, _Span]] = []  # in text order, never overlapping
     # Longest match wins an overlap ("in May 2023" over "in May"); ties go to the earlier rule.
     for start, end, span in sorted(found, key=lambda f: f[0] - f[1]):
-        if all(end <= s or start >= e for s, e, _ in chosen):
-            chosen.append((start, end, span))
-    chosen.sort(key=lambda c: c[0])
+        i = bisect.bisect_left(chosen, start, key=lambda c: c[0])
+        # Only the neighbours can overlap: checking all chosen matches made long texts quadratic.
+        if (i == 0 or chosen[i - 1][1] <= start) and (i == len(chosen) or chosen[i][0] >= end):
+            chosen.insert(i, (start, end, span))
     return [ResolvedDate(text[s:e], *span) for s, e, span in chosen]
 
 
