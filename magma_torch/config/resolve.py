@@ -2,8 +2,8 @@
 
 A memory config may be a ``MemoryConfig``, a partial mapping or DictConfig (merged onto the
 defaults), a name under ``conf/memory`` (composed by Hydra), or None (the defaults; no Hydra).
-Each becomes a DictConfig with the schema's types; an unknown key or a wrong type raises
-``ConfigError`` in one line naming the key.
+Each becomes a DictConfig with the schema's types; an unknown key, a wrong type or a value its
+field does not allow (schema.setting) raises ``ConfigError`` in one line naming the full key.
 """
 from __future__ import annotations
 
@@ -14,18 +14,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from magma_torch.errors import MagmaError
-from magma_torch.config.schema import (ConsolidationConfig, HeuristicConsolidationConfig, LLMConsolidationConfig,
-                                       MemoryConfig, SCHEMAS)
+from magma_torch.config.schema import (ConfigError, ConsolidationConfig, HeuristicConsolidationConfig,
+                                       LLMConsolidationConfig, MemoryConfig, SCHEMAS, problems)
 
 CONSOLIDATORS = {c._target_: c for c in (HeuristicConsolidationConfig, LLMConsolidationConfig)}
 # What the slow-path worker reads of a consolidation config (the window shown, the caps written).
 WORKER_KEYS = ("window", "max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event")
-
-
-class ConfigError(MagmaError, ValueError):
-    """A configuration that cannot work: an unknown key or a value of the wrong type in a memory or
-    consolidation config, or a run that lacks what it needs (e.g. task=qa without an llm)."""
 
 
 def memory_config(cfg) -> DictConfig:
@@ -65,7 +59,7 @@ def worker_settings(cfg: DictConfig | None) -> HeuristicConsolidationConfig | LL
         return HeuristicConsolidationConfig()
     if dataclasses.is_dataclass(OmegaConf.get_type(cfg)):
         return settings(cfg)
-    return HeuristicConsolidationConfig(**{k: cfg[k] for k in WORKER_KEYS if k in cfg})
+    return settings(typed(HeuristicConsolidationConfig, {k: cfg[k] for k in WORKER_KEYS if k in cfg}, "consolidation"))
 
 
 def typed(schema: type, cfg, where: str) -> DictConfig:
@@ -120,11 +114,16 @@ def _plain(cfg) -> dict:
 
 
 def _merged(base, values: dict | DictConfig, where: str) -> DictConfig:
-    """``values`` merged onto ``base`` (a schema class or instance, or a DictConfig)."""
+    """``values`` merged onto ``base`` (a schema class or instance, or a DictConfig of one), every
+    value checked against what its field allows."""
     try:
-        return OmegaConf.merge(base if isinstance(base, DictConfig) else OmegaConf.structured(base), values)
+        merged = OmegaConf.merge(base if isinstance(base, DictConfig) else OmegaConf.structured(base), values)
+        problem = next(problems(OmegaConf.get_type(merged), merged, where), None)
     except OmegaConfBaseException as err:
         raise ConfigError(one_line(err, where)) from None
+    if problem is not None:
+        raise ConfigError(problem)
+    return merged
 
 
 def one_line(err: OmegaConfBaseException, where: str) -> str:
