@@ -173,6 +173,15 @@ def fields_of(schema) -> dict:
     return {f.name: f for f in dataclasses.fields(schema)}
 
 
+@pytest.mark.parametrize("config, consolidation, named", [
+    ("magam", "none", r"^unknown memory config 'magam'; options: \[.*'magma'"),
+    (None, "heuristc", r"^unknown consolidation config 'heuristc'; options: \[.*'heuristic'"),
+])
+def test_a_config_name_not_in_the_tree_is_a_config_error(config, consolidation, named):
+    with pytest.raises(ConfigError, match=named):
+        MagmaMemory(config=config, consolidation=consolidation)
+
+
 def test_consolidation_keys_are_checked_too():
     with pytest.raises(ConfigError, match=r"^consolidation\.windw: Key 'windw' not in 'HeuristicConsolidationConfig'"):
         consolidation_config({"windw": 3})

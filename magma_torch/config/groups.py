@@ -14,7 +14,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from magma_torch.config.schema import SCHEMAS
+from magma_torch.config.schema import SCHEMAS, ConfigError
 
 CONFIG_MODULE = "magma_torch.conf"
 
@@ -36,7 +36,7 @@ def load_group(group: str, name: str) -> DictConfig:
     """One option of a config group composed by Hydra (defaults lists and schema included),
     e.g. ``load_group("memory", "hybrid_rag")``."""
     if not (conf_root() / group / f"{name}.yaml").is_file():
-        raise ValueError(f"unknown {group} config {name!r}; options: {group_options(group)}")
+        raise ConfigError(f"unknown {group} config {name!r}; options: {group_options(group)}")
     if GlobalHydra.instance().is_initialized():
         return compose("config", overrides=[f"{group}={name}"])[group]
     with initialize_config_module(CONFIG_MODULE, version_base=None):
