@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir, version
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.utils import JobRuntime
 from omegaconf import OmegaConf
 
 from magma_torch import MagmaMemory
@@ -180,6 +183,22 @@ def fields_of(schema) -> dict:
 def test_a_config_name_not_in_the_tree_is_a_config_error(config, consolidation, named):
     with pytest.raises(ConfigError, match=named):
         MagmaMemory(config=config, consolidation=consolidation)
+
+
+def test_a_config_name_inside_your_own_hydra_app_composes_the_packaged_tree_and_leaves_yours_be(tmp_path):
+    """Your app's search path has its own config.yaml and memory group (with a magma.yaml of its own),
+    and no consolidation group."""
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "config.yaml").write_text("defaults:\n  - memory: magma\n  - _self_\nlr: 0.1\n")
+    (tmp_path / "memory" / "magma.yaml").write_text("name: not_the_packaged_magma\n")
+    with initialize_config_dir(str(tmp_path), version_base="1.2", job_name="my_app"):
+        yours = compose("config")
+        assert settings(memory_config("magma")) == MemoryConfig()
+        assert settings(memory_config("hybrid_rag")).retrieval.anchor_k == 200
+        assert settings(consolidation_config("heuristic")) == HeuristicConsolidationConfig()
+        assert compose("config") == yours and yours.memory.name == "not_the_packaged_magma"
+        assert JobRuntime.instance().get("name") == "my_app" and str(version.getbase()) == "1.2"
+    assert not GlobalHydra.instance().is_initialized()
 
 
 def test_consolidation_keys_are_checked_too():
