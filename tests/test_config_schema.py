@@ -1,20 +1,24 @@
 """The typed schema (magma_torch/config/schema.py) is the one source of defaults: every memory and
-consolidation YAML composes against it, MagmaMemory takes it in every form, and a bad key or type
-fails in one line naming the key."""
+consolidation YAML composes against it, MagmaMemory takes it in every form, and a bad key, type or
+value fails in one line naming the key."""
 import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir, version
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.utils import JobRuntime
 from omegaconf import OmegaConf
 
 from magma_torch import MagmaMemory
 from magma_torch.config import group_options, load_group
 from magma_torch.config.resolve import (ConfigError, consolidation_config, memory_config, saved_memory_config,
-                                        settings, yaml_option)
-from magma_torch.config.schema import (INTENT_ROWS, RELATIONS, SIGNALS, BeamConfig, HeuristicConsolidationConfig,
-                                       LLMConsolidationConfig, MemoryConfig, RetrievalConfig, SignalWeights)
+                                        settings, worker_settings, yaml_option)
+from magma_torch.config.schema import (INTENT_ROWS, RELATIONS, SIGNALS, BeamConfig, EmbedderConfig,
+                                       HeuristicConsolidationConfig, LLMConsolidationConfig, MemoryConfig,
+                                       RetrievalConfig, SignalWeights)
 from magma_torch.ingest.heuristic import HeuristicConsolidator
 from magma_torch.ingest.llm_consolidator import LLMConsolidator
 from magma_torch.query.intent import INTENTS
@@ -86,6 +90,118 @@ def test_unknown_key_or_wrong_type_fails_in_one_line_naming_the_key(config, name
     assert named in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("config, named", [
+    ({"retrieval": {"beam": {"beam_width": -1}}}, "memory.retrieval.beam.beam_width: must be >= 1, got -1"),
+    ({"retrieval": {"beam": {"drop_threshold": 5.0}}}, "memory.retrieval.beam.drop_threshold: must be between -1 and 1, got 5.0"),
+    ({"retrieval": {"anchor_k": 0}}, "memory.retrieval.anchor_k: must be >= 1, got 0"),
+    ({"retrieval": {"rrf_k": -60}}, "memory.retrieval.rrf_k: must be >= 0, got -60"),
+    ({"retrieval": {"budget_tokens": -100}}, "memory.retrieval.budget_tokens: must be >= 1, got -100"),
+    ({"retrieval": {"signal_top_k": {"vector": -10}}}, "memory.retrieval.signal_top_k.vector: must be >= 0, got -10"),
+    ({"retrieval": {"context": {"hops": -1}}}, "memory.retrieval.context.hops: must be >= 0, got -1"),
+    ({"chain_span": -2}, "memory.chain_span: must be >= 0, got -2"),
+    ({"bm25": {"k1": -1}}, "memory.bm25.k1: must be >= 0, got -1.0"),
+    ({"bm25": {"b": 3}}, "memory.bm25.b: must be between 0 and 1, got 3.0"),
+    ({"fast_path": {"theta_sim": 7.0}}, "memory.fast_path.theta_sim: must be between -1 and 1, got 7.0"),
+    ({"fast_path": {"theta_sim": float("nan")}}, "memory.fast_path.theta_sim: must be between -1 and 1, got nan"),
+    ({"fast_path": {"episodes": {"max_gap_hours": -1}}}, "memory.fast_path.episodes.max_gap_hours: must be >= 0, got -1.0"),
+    ({"fast_path": {"episodes": {"topic_shift": 3.0}}}, "memory.fast_path.episodes.topic_shift: must be between -1 and 1"),
+    ({"retrieval": {"mode": "grpah"}}, "memory.retrieval.mode: must be one of graph, full_context, got 'grpah'"),
+    ({"retrieval": {"score_dtype": "int64"}}, "memory.retrieval.score_dtype: must be one of float32, float64, "),
+    ({"retrieval": {"kernel": "cuda"}}, "memory.retrieval.kernel: must be one of auto, torch, numba, got 'cuda'"),
+    ({"scan_dtype": "int8"}, "memory.scan_dtype: must be one of auto, float32, float16, bfloat16, got 'int8'"),
+    ({"vector_backend": "annoy"}, "memory.vector_backend: must be one of auto, faiss, torch, got 'annoy'"),
+    ({"embedder": {"precision": "fp16"}}, "memory.embedder.precision: must be one of auto, float32, bfloat16, float16"),
+])
+def test_a_value_outside_its_range_or_choices_fails_in_one_line_naming_the_key(config, named):
+    with pytest.raises(ConfigError) as err:
+        MagmaMemory(config=config, consolidation="none")   # refused before anything is built
+    assert str(err.value).startswith(named) and "\n" not in str(err.value)
+
+
+def test_every_form_of_a_config_is_range_checked():
+    bad = {"retrieval": {"beam": {"beam_width": 0}}}
+    named = "memory.retrieval.beam.beam_width: must be >= 1, got 0"
+    for config in (bad, OmegaConf.create(bad)):
+        with pytest.raises(ConfigError, match=f"^{named}$"):
+            memory_config(config)
+    with pytest.raises(ConfigError, match=f"^{named}$"):
+        saved_memory_config(bad)                                  # a save or checkpoint being reopened
+    # A dataclass refuses the value when it is built (by you, by dataclasses.replace, or by OmegaConf)
+    with pytest.raises(ConfigError, match="^BeamConfig.beam_width: must be >= 1, got 0$"):
+        BeamConfig(beam_width=0)
+    with pytest.raises(ConfigError, match="^RetrievalConfig.mode: must be one of graph, full_context"):
+        dataclasses.replace(RetrievalConfig(), mode="grpah")
+    composed = memory_config(None)
+    composed.retrieval.beam.beam_width = 0                        # OmegaConf checks only its type
+    with pytest.raises(ConfigError, match="^BeamConfig.beam_width: must be >= 1, got 0$"):
+        settings(composed)
+
+
+def test_a_yaml_option_is_range_checked(tmp_path):
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "bad.yaml").write_text("defaults:\n  - schema\n  - _self_\nretrieval:\n  anchor_k: 0\n")
+    with pytest.raises(ConfigError, match="^memory.retrieval.anchor_k: must be >= 1, got 0$"):
+        yaml_option(tmp_path / "memory", "bad")
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"window": -3}, "consolidation.window: must be >= 0, got -3"),
+    ({"max_causal_per_event": -1}, "consolidation.max_causal_per_event: must be >= 0, got -1"),
+    ({"_target_": LLMConsolidationConfig._target_, "min_confidence": 7}, "consolidation.min_confidence: must be between 0 and 1"),
+    ({"_target_": LLMConsolidationConfig._target_, "max_supersedes_per_event": -1},
+     "consolidation.max_supersedes_per_event: must be >= 0, got -1"),
+])
+def test_consolidation_values_are_range_checked(config, named):
+    with pytest.raises(ConfigError) as err:
+        consolidation_config(config)
+    assert str(err.value).startswith(named)
+
+
+def test_a_consolidator_of_your_own_gets_its_window_and_caps_checked():
+    with pytest.raises(ConfigError, match="^consolidation.window: must be >= 0, got -2$"):
+        worker_settings(consolidation_config({"_target_": "my.Consolidator", "window": -2}))
+
+
+def test_every_choice_the_schema_allows_is_one_the_runtime_takes():
+    import torch
+
+    from magma_torch.text.embedder import resolve_precision
+
+    for dtype in fields_of(RetrievalConfig)["score_dtype"].metadata["allowed"].choices:
+        assert isinstance(getattr(torch, dtype), torch.dtype)
+    for precision in fields_of(EmbedderConfig)["precision"].metadata["allowed"].choices:
+        assert isinstance(resolve_precision(precision, torch.device("cpu")), torch.dtype)
+
+
+def fields_of(schema) -> dict:
+    return {f.name: f for f in dataclasses.fields(schema)}
+
+
+@pytest.mark.parametrize("config, consolidation, named", [
+    ("magam", "none", r"^unknown memory config 'magam'; options: \[.*'magma'"),
+    (None, "heuristc", r"^unknown consolidation config 'heuristc'; options: \[.*'heuristic'"),
+])
+def test_a_config_name_not_in_the_tree_is_a_config_error(config, consolidation, named):
+    with pytest.raises(ConfigError, match=named):
+        MagmaMemory(config=config, consolidation=consolidation)
+
+
+def test_a_config_name_inside_your_own_hydra_app_composes_the_packaged_tree_and_leaves_yours_be(tmp_path):
+    """Your app's search path has its own config.yaml and memory group (with a magma.yaml of its own),
+    and no consolidation group."""
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "config.yaml").write_text("defaults:\n  - memory: magma\n  - _self_\nlr: 0.1\n")
+    (tmp_path / "memory" / "magma.yaml").write_text("name: not_the_packaged_magma\n")
+    with initialize_config_dir(str(tmp_path), version_base="1.2", job_name="my_app"):
+        yours = compose("config")
+        assert settings(memory_config("magma")) == MemoryConfig()
+        assert settings(memory_config("hybrid_rag")).retrieval.anchor_k == 200
+        assert settings(consolidation_config("heuristic")) == HeuristicConsolidationConfig()
+        assert compose("config") == yours and yours.memory.name == "not_the_packaged_magma"
+        assert JobRuntime.instance().get("name") == "my_app" and str(version.getbase()) == "1.2"
+    assert not GlobalHydra.instance().is_initialized()
+
+
 def test_consolidation_keys_are_checked_too():
     with pytest.raises(ConfigError, match=r"^consolidation\.windw: Key 'windw' not in 'HeuristicConsolidationConfig'"):
         consolidation_config({"windw": 3})
@@ -99,16 +215,16 @@ def test_consolidation_keys_are_checked_too():
 @pytest.mark.parametrize("target", [HeuristicConsolidationConfig._target_, LLMConsolidationConfig._target_,
                                     "my.own.Consolidator"])
 def test_a_negative_cap_is_refused_naming_it(cap, target):
-    with pytest.raises(ConfigError, match=rf"^consolidation\.{cap} must be an integer >= 0, got -1$"):
-        consolidation_config({"_target_": target, cap: -1})
+    """A cap cuts a list (links[:cap]): -1 would quietly keep all but the last."""
+    with pytest.raises(ConfigError, match=rf"^consolidation\.{cap}: must be >= 0, got -1$"):
+        worker_settings(consolidation_config({"_target_": target, cap: -1}))
 
 
 @pytest.mark.parametrize("cap", ["max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event"])
 def test_a_consolidator_built_in_python_refuses_a_negative_cap_too(cap):
-    with pytest.raises(ConfigError, match=rf"^consolidation\.{cap} must be an integer >= 0, got -1$"):
-        LLMConsolidator(llm=object(), **{cap: -1})
-    with pytest.raises(ConfigError, match=rf"^consolidation\.{cap} must be an integer >= 0, got -1$"):
-        HeuristicConsolidator(**{cap: -1})
+    for build in (lambda: LLMConsolidator(llm=object(), **{cap: -1}), lambda: HeuristicConsolidator(**{cap: -1})):
+        with pytest.raises(ConfigError, match=rf"^consolidation\.{cap}: must be >= 0, got -1$"):
+            build()
 
 
 def test_memory_takes_a_dataclass_a_partial_mapping_or_a_name():

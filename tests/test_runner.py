@@ -97,9 +97,13 @@ def test_bad_dataset_path_is_one_line_and_nonzero(tmp_path):
     ("memory.fast_path.bogus=1", "unknown setting 'memory.fast_path.bogus' in override 'memory.fast_path.bogus=1': "
                                  "memory.fast_path has no 'bogus'"),
     ("memory.fast_path.semantic_k=ten", "memory.fast_path.semantic_k expects an integer (default 10), got 'ten'"),
+    ("memory.retrieval.beam.beam_width=-1", "memory.retrieval.beam.beam_width: must be >= 1, got -1"),
+    ("consolidation.window=-3", "consolidation.window: must be >= 0, got -3"),
 ])
-def test_a_key_the_schema_lacks_or_a_wrong_type_fails_in_one_line_before_any_work(tmp_path, override, named):
-    """Added keys (+key=value) compose, but the schema refuses them before the dataset is read."""
+def test_a_key_the_schema_lacks_a_wrong_type_or_a_value_out_of_range_fails_in_one_line_before_any_work(
+        tmp_path, override, named):
+    """Added keys (+key=value) and values out of range compose, but the schema refuses them before the
+    dataset is read."""
     out = tmp_path / "run"
     proc = subprocess.run(RUN + ["task=retrieval", "dataset=demo", override, f"out_dir={out}", "progress=false"],
                           capture_output=True, text=True)

@@ -2,8 +2,8 @@
 
 A memory config may be a ``MemoryConfig``, a partial mapping or DictConfig (merged onto the
 defaults), a name under ``conf/memory`` (composed by Hydra), or None (the defaults; no Hydra).
-Each becomes a DictConfig with the schema's types; an unknown key or a wrong type raises
-``ConfigError`` in one line naming the key, and so does a negative consolidation cap.
+Each becomes a DictConfig with the schema's types; an unknown key, a wrong type or a value its
+field does not allow (schema.setting) raises ``ConfigError`` in one line naming the full key.
 """
 from __future__ import annotations
 
@@ -14,20 +14,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from magma_torch.errors import MagmaError
-from magma_torch.config.schema import (ConsolidationConfig, HeuristicConsolidationConfig, LLMConsolidationConfig,
-                                       MemoryConfig, SCHEMAS)
+from magma_torch.config.schema import (ConfigError, ConsolidationConfig, HeuristicConsolidationConfig,
+                                       LLMConsolidationConfig, MemoryConfig, SCHEMAS, check)
 
 CONSOLIDATORS = {c._target_: c for c in (HeuristicConsolidationConfig, LLMConsolidationConfig)}
-# How many links / mentions of each kind one event's proposal keeps at most.
-CAPS = ("max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event")
 # What the slow-path worker reads of a consolidation config (the window shown, the caps written).
-WORKER_KEYS = ("window", *CAPS)
-
-
-class ConfigError(MagmaError, ValueError):
-    """A configuration that cannot work: an unknown key or a value of the wrong type or range in a
-    memory or consolidation config, or a run that lacks what it needs (e.g. task=qa without an llm)."""
+WORKER_KEYS = ("window", "max_causal_per_event", "max_entities_per_event", "max_supersedes_per_event")
 
 
 def memory_config(cfg) -> DictConfig:
@@ -42,24 +34,8 @@ def memory_config(cfg) -> DictConfig:
 def consolidation_config(cfg) -> DictConfig | None:
     """A typed consolidation config, or None for no consolidation (``"none"``, or an empty mapping
     as a save records it). A mapping without ``_target_`` is merged onto the heuristic's defaults;
-    one whose ``_target_`` is a consolidator of your own is kept as given (its class checks it),
-    but for its caps, which the worker applies."""
-    out = _consolidation_config(cfg)
-    if out is not None:
-        check_caps(out)
-    return out
-
-
-def check_caps(values: Mapping) -> None:
-    """Raise ConfigError naming the first of the ``CAPS`` in ``values`` that is not an integer >= 0:
-    a cap cuts a list (``links[:cap]``), where -1 would quietly keep all but the last."""
-    for name in CAPS:
-        value = values.get(name, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"consolidation.{name} must be an integer >= 0, got {value!r}")
-
-
-def _consolidation_config(cfg) -> DictConfig | None:
+    one whose ``_target_`` is a consolidator of your own is kept as given (its class checks it;
+    ``worker_settings`` checks the window and caps the worker reads of it)."""
     if cfg is None:
         return typed(HeuristicConsolidationConfig, None, "consolidation")
     if isinstance(cfg, str):
@@ -84,7 +60,7 @@ def worker_settings(cfg: DictConfig | None) -> HeuristicConsolidationConfig | LL
         return HeuristicConsolidationConfig()
     if dataclasses.is_dataclass(OmegaConf.get_type(cfg)):
         return settings(cfg)
-    return HeuristicConsolidationConfig(**{k: cfg[k] for k in WORKER_KEYS if k in cfg})
+    return settings(typed(HeuristicConsolidationConfig, {k: cfg[k] for k in WORKER_KEYS if k in cfg}, "consolidation"))
 
 
 def typed(schema: type, cfg, where: str) -> DictConfig:
@@ -139,11 +115,14 @@ def _plain(cfg) -> dict:
 
 
 def _merged(base, values: dict | DictConfig, where: str) -> DictConfig:
-    """``values`` merged onto ``base`` (a schema class or instance, or a DictConfig)."""
+    """``values`` merged onto ``base`` (a schema class or instance, or a DictConfig of one), every
+    value checked against what its field allows."""
     try:
-        return OmegaConf.merge(base if isinstance(base, DictConfig) else OmegaConf.structured(base), values)
+        merged = OmegaConf.merge(base if isinstance(base, DictConfig) else OmegaConf.structured(base), values)
+        check(OmegaConf.get_type(merged), merged, where)
     except OmegaConfBaseException as err:
         raise ConfigError(one_line(err, where)) from None
+    return merged
 
 
 def one_line(err: OmegaConfBaseException, where: str) -> str:

@@ -46,8 +46,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from magma_torch.config.resolve import check_caps
-from magma_torch.config.schema import HeuristicConsolidationConfig
+from magma_torch.config.schema import HeuristicConsolidationConfig, check
 from magma_torch.ingest import nlp
 from magma_torch.ingest.consolidator import CausalLink, EntityMention, EventView, Proposal, SupersessionLink
 from magma_torch.ingest.cues import CuePatterns, norm
@@ -193,8 +192,8 @@ class HeuristicConsolidator:
         self.window, self.min_phrase_count = window, min_phrase_count
         self.max_supersedes_per_event = max_supersedes_per_event
         self.max_entities_per_event, self.max_causal_per_event = max_entities_per_event, max_causal_per_event
-        check_caps(vars(self))
         self.min_overlap, self.min_shared, self.lead_words = min_overlap, min_shared, lead_words
+        check(HeuristicConsolidationConfig, vars(self), "consolidation")
         cues = asdict(_DEFAULTS.cues) if cues is None else cues
         self.cues = {k: list(cues.get(k, ())) for k in ("result", "reason", "question", "weak")}
         self._cues = CuePatterns.compile(self.cues)

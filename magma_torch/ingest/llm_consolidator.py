@@ -41,8 +41,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from magma_torch.config.resolve import check_caps
-from magma_torch.config.schema import LLMConsolidationConfig
+from magma_torch.config.schema import LLMConsolidationConfig, check
 from magma_torch.ingest.consolidator import (CausalLink, EntityMention, EventView, Proposal, SupersessionLink,
                                              time_order)
 from magma_torch.ingest.cues import CuePatterns
@@ -271,7 +270,7 @@ class LLMConsolidator:
         self.max_chars_per_event = int(max_chars_per_event)
         self.speaker_entity, self.entities_in_text = bool(speaker_entity), bool(entities_in_text)
         self.max_supersedes_per_event = int(max_supersedes_per_event)
-        check_caps(vars(self))
+        check(LLMConsolidationConfig, vars(self), "consolidation")
         # v3 asks each causal link for the words of n0 that state it, and keeps it only when they are there.
         self.stated_words = prompt_version not in ("v1", "v2")
         self.cues = CuePatterns.compile(asdict(_DEFAULTS.cues) if cues is None else cues)

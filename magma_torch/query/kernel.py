@@ -14,9 +14,7 @@ import importlib.util
 
 import torch
 
-from magma_torch.config.resolve import ConfigError
-
-KERNELS = ("auto", "torch", "numba")
+from magma_torch.config.schema import KERNELS, ConfigError
 
 
 def resolve_kernel(kernel: str) -> str:

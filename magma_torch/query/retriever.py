@@ -93,8 +93,6 @@ class Retriever:
         self.dtype = getattr(torch, cfg.score_dtype)
         self.past = cfg.supersession.past_pattern()
         self.asked = cfg.entity.asked_pattern()
-        if cfg.mode not in ("graph", "full_context"):
-            raise ValueError(f"unknown retrieval mode {cfg.mode!r}; options: ['graph', 'full_context']")
         self.kernel = resolve_kernel(cfg.kernel)   # a bad or uninstalled kernel fails here, not mid-query
         self.adapter = None if cfg.question_adapter is None else QuestionAdapter.load(cfg.question_adapter)
         if self.adapter is not None:

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import torch
 from torch_geometric.data import HeteroData
 
+from magma_torch.config.schema import SCAN_DTYPES
 from magma_torch.hardware import auto_scan_dtype
 from magma_torch.store.graph import GraphSnapshot, MultiGraph
 from magma_torch.store.keyword_index import KeywordIndex
 from magma_torch.store.tables import EntityTable, EpisodeTable, EventRow, EventTable
 from magma_torch.store.vector_index import VectorIndex
 
-SCAN_DTYPES = ("auto", "float32", "float16", "bfloat16")   # the copy small query batches read (hardware.py)
 
 
 @dataclass(frozen=True)

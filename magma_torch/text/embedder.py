@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 
 import torch
+
+from magma_torch.config.schema import ConfigError, between
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,14 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
+def model_positions(model) -> int | None:
+    """How many tokens a SentenceTransformer's transformer has position embeddings for; None when
+    its config states no limit (xlnet's -1, a model without positions)."""
+    config = getattr(getattr(model[0], "auto_model", None), "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    return positions if isinstance(positions, int) and positions > 0 else None
+
+
 class Embedder:
     """L2-normalised sentence embeddings, batched, on the memory's device."""
 
@@ -52,6 +63,12 @@ class Embedder:
         self.device = resolve_device(device)
         self.model_path = model or bundled_model_path()
         self._model = SentenceTransformer(self.model_path, device=str(self.device))
+        # Past its position embeddings the model fails on the first text that long, not here
+        positions = model_positions(self._model)
+        problem = between(1, positions or math.inf).problem(max_seq_length)
+        if problem is not None:
+            limit = f" (the model has {positions} positions)" if positions else ""
+            raise ConfigError(f"embedder.max_seq_length: {problem}{limit}")
         self._model.max_seq_length = max_seq_length
         self.batch_size = batch_size
         self.precision = resolve_precision(precision, self.device)
