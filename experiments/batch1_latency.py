@@ -90,7 +90,7 @@ def main() -> None:
     tensor_programs.kernel = "torch"
     paths["kernel torch"] = QueryPath(snap, tensor_programs, bench.device)
     runs = timed(bench, paths, args.warmup, args.queries, args.batch)
-    out = {"scan_dtype": str(snap.scan_embeddings.dtype), "beam_kernel": r.search_kernel(snap, args.batch, bench.device),
+    out = {"scan_dtype": str(snap.scan_embeddings.dtype), "beam_kernel": r.search_kernel(bench.device),
            "similarity_mode": r.similarity_mode(snap, args.batch), "batch": args.batch,
            "events": args.events, "queries": args.queries,
            "warmup": args.warmup, "runs": runs, **machine()}

@@ -236,6 +236,26 @@ def test_kernel_setting(monkeypatch):
     assert kernel.resolve_kernel("auto") == "torch"
     with pytest.raises(ImportError, match=r"retrieval.kernel=numba needs numba: pip install 'magma-torch\[fast\]'"):
         kernel.resolve_kernel("numba")
-    # the compiled search runs every similarity way on CPU; CUDA takes the tensor program
-    assert [kernel.search_kernel("numba", mode, "cpu") for mode in ("matrix", "columns", "scan")] == ["numba"] * 3
-    assert kernel.search_kernel("numba", "matrix", "cuda") == kernel.search_kernel("torch", "matrix", "cpu") == "torch"
+    # the compiled search runs on CPU for float32 and float64 cosines; CUDA and half precision take the tensor program
+    assert [kernel.search_kernel("numba", d, "cpu") for d in (torch.float32, torch.float64)] == ["numba"] * 2
+    assert [kernel.search_kernel("numba", d, "cpu") for d in (torch.float16, torch.bfloat16)] == ["torch"] * 2
+    assert kernel.search_kernel("numba", torch.float32, "cuda") == kernel.search_kernel("torch", torch.float32, "cpu") \
+        == "torch"
+
+
+@with_package("numba", extra="fast")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_scores_retrieve_on_cpu_where_the_compiled_kernels_are_installed(dtype):
+    """numba has no half type: the beam search takes the tensor program, which gives what kernel=torch gives."""
+    from magma_torch import MagmaMemory
+    from magma_torch.eval.datasets import load_demo
+    from magma_torch.eval.runner import records
+
+    question = "What did Caroline do at the support group?"
+    got = {}
+    for way in ("auto", "torch"):
+        with MagmaMemory(config={"retrieval": {"score_dtype": dtype, "kernel": way}}, consolidation="none",
+                         device="cpu") as mem:
+            mem.add_many(records(load_demo()[0]))
+            got[way] = [n.id for n in mem.retrieve(question).nodes]
+    assert got["auto"] and got["auto"] == got["torch"]

@@ -597,6 +597,11 @@ def test_prompt_v3_names_the_speakers_and_shows_a_worked_example(emb):
         asked = {"n0": ev(2, "I wanted to help people.", "Anna"), "n1": ev(1, "What made you pick nursing?", "Ben")}
         link = {"words": "I wanted to help people", "cause": "n1", "effect": "n0", "confidence": 0.9}
         assert len(mem.consolidator.validate(asked["n0"], asked, Generation("", parsed={"causal": [link]})).causal) == 1
+        # The words are whole words of n0: "so" is not in "also".
+        also = {"n0": ev(2, "I also quit my job.", "Anna"), "n1": ev(1, "The bakery closed.", "Ben")}
+        link = {"words": "so", "cause": "n1", "effect": "n0", "confidence": 0.9}
+        assert mem.consolidator.validate(also["n0"], also, Generation("", parsed={"causal": [link]})).notes == [
+            "rejected causal link 'n1'->'n0': its words 'so' are not in n0's text"]
     finally:
         mem.close()
 

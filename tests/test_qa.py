@@ -15,7 +15,8 @@ from magma_torch.config import load_group
 from magma_torch.eval import runner
 from magma_torch.eval.datasets.base import Question
 from magma_torch.eval.prompts import JUDGE_PROMPT_VERSION, JUDGE_SCHEMA
-from magma_torch.eval.qa import Answer, answer_questions, judge_answers
+from magma_torch.eval.qa import Answer, answer_questions, judge_answers, parse_verdict
+from magma_torch.llm.base import Generation
 from magma_torch.eval.runner import run
 from magma_torch.llm.prompts import ANSWER_PROMPTS, INTENT_INSTRUCTIONS, NOT_MENTIONED, UnknownPromptError
 from magma_torch.testing import assert_no_run
@@ -114,6 +115,15 @@ def test_failed_answer_is_recorded_and_judged_wrong_without_a_call():
     v = judge_answers(judge, [q.question for q in qs], ["x", "x"], ["single-hop", "single-hop"], answers)
     assert v[0].verdict == 0 and not v[0].called
     assert len(judge.calls[0]["prompts"]) == 1
+
+
+@pytest.mark.parametrize(("text", "verdict"), [
+    ('{"verdict": 1}', 1), ('Verdict follows. {"verdict": 0} Done.', 0), ('```json\n{"verdict": true}\n```', 1),
+    ('{"verdict": 2}', None), ("no verdict", None), ('{"a": ' * 5000 + "1" + "}" * 5000, None),   # past the recursion limit
+])
+def test_a_verdict_is_read_from_the_judges_text_or_named_unparsable(text, verdict):
+    got, err = parse_verdict(Generation(text))
+    assert got == verdict and (err is None) == (verdict is not None)
 
 
 def test_judge_batches_at_temperature_zero_and_never_sees_the_adversarial_trap():

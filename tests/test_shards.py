@@ -147,6 +147,17 @@ def test_a_merge_needs_every_shard_once(tmp_path, cfg):
     assert not any((tmp_path / f"m{i}").exists() for i in range(1, 5))
 
 
+def test_a_damaged_line_of_a_shard_is_named(tmp_path, cfg):
+    a, b = tmp_path / "shard_0", tmp_path / "shard_1"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 1.0)], cfg)
+    with open(b / "predictions.jsonl", "a") as f:
+        f.write("garbage\n")
+    with pytest.raises(AggregateError, match=r"shard_1/predictions.jsonl line 2: not JSON"):
+        aggregate([a, b], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
 def test_compare_and_merge_count_what_metrics_json_counts_after_a_resume_with_a_smaller_limit(tmp_path, cfg):
     a, b, fresh = tmp_path / "shard_0", tmp_path / "shard_1", tmp_path / "fresh"
     write_shard(a, 0, [row("s0/q0", 1.0)], cfg)

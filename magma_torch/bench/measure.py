@@ -337,8 +337,7 @@ class Bench:
             "gpu_peak_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
             "similarity_mode": {"batch": self.retriever.similarity_mode(snap, batch),
                                 "batch_1": self.retriever.similarity_mode(snap, 1)},
-            "beam_kernel": {"batch": self.retriever.search_kernel(snap, batch, dev),
-                            "batch_1": self.retriever.search_kernel(snap, 1, dev)},
+            "beam_kernel": dict.fromkeys(("batch", "batch_1"), self.retriever.search_kernel(dev)),
             "vector_backend": snap.vector_index.backend,
             "machine": _machine(dev), "cpu_flags": cpu_flags(),
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "scan_dtype": str(snap.scan_embeddings.dtype)

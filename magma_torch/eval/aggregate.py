@@ -23,7 +23,7 @@ from magma_torch.eval.datasets import parse_shard
 from magma_torch.eval.plots import plot_categories
 from magma_torch.eval.run_folder import counted, without_text
 from magma_torch.eval.runner import llm_costs, summarise_run
-from magma_torch.files import write_atomic
+from magma_torch.files import DamagedFileError, read_complete_lines, write_atomic
 
 # settings that may differ between the shards of one experiment
 PER_SHARD = ("out_dir", "dataset.shard", "dataset.sample_ids")
@@ -67,8 +67,12 @@ def _check_every_shard(folders: list[Path], shards: list[str | None]) -> None:
                              f"run would count {len(index)} of {n} shards")
 
 
-def _json_lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _json_lines(path: Path, key: str) -> list[dict]:
+    """A finished shard's lines, each a JSON object with ``key``; a damaged one is named."""
+    try:
+        return read_complete_lines(path, cut=False, key=key)
+    except DamagedFileError as err:
+        raise AggregateError(str(err)) from None
 
 
 def read_shard(folder: Path) -> tuple[dict, list[dict], list[dict]]:
@@ -78,11 +82,11 @@ def read_shard(folder: Path) -> tuple[dict, list[dict], list[dict]]:
         if not (folder / name).is_file():
             raise AggregateError(f"{folder}: no {name} (the shard did not finish)")
     metrics = json.loads((folder / "metrics.json").read_text())
-    rows = counted(metrics, _json_lines(folder / "predictions.jsonl"))
+    rows = counted(metrics, _json_lines(folder / "predictions.jsonl", "question_id"))
     if len(rows) != metrics["n_questions"]:
         raise AggregateError(f"{folder}: predictions.jsonl has {len(rows)} rows of counted samples, metrics.json "
                              f"counts {metrics['n_questions']}")
-    return metrics, rows, counted(metrics, _json_lines(folder / "samples.jsonl"))
+    return metrics, rows, counted(metrics, _json_lines(folder / "samples.jsonl", "sample_id"))
 
 
 def aggregate(shards: list[Path], out: Path) -> dict:

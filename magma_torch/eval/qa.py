@@ -6,8 +6,6 @@ counted; a failed verdict is recorded as ``None`` (left out of the judge mean) a
 """
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +16,7 @@ from magma_torch.eval.qa_metrics import bleu1, locomo_f1, reference_answer
 from magma_torch.llm.answer_format import format_answer
 from magma_torch.llm.base import LLM, Generation, checked_generate
 from magma_torch.llm.prompts import DEFAULT_ANSWER_PROMPT, NOT_MENTIONED, answer_prompt
+from magma_torch.llm.schema import OutputError, extract_json
 
 
 class QuestionLike(Protocol):
@@ -68,14 +67,15 @@ def judge_reference(gold: str | None, category: str) -> str | None:
 
 
 def parse_verdict(g: Generation) -> tuple[int | None, str | None]:
+    """The judge's 0/1 verdict, from its parsed output or else the first JSON object in its text
+    (an unconstrained judge), or the reason there is none."""
     if g.error:
         return None, g.error
     obj = g.parsed
     if obj is None:
-        m = re.search(r"\{.*\}", g.text, re.S)
         try:
-            obj = json.loads(m.group(0)) if m else None
-        except json.JSONDecodeError:
+            obj = extract_json(g.text, lenient=True)
+        except OutputError:
             obj = None
     v = obj.get("verdict") if isinstance(obj, dict) else None
     if isinstance(v, bool) or v in (0, 1):

@@ -188,11 +188,12 @@ def _plain(text: str) -> str:
 
 
 def _quoted(words, text: str) -> bool:
-    """``words`` is a non-empty string that occurs in ``text`` (case, spacing and apostrophes aside)."""
+    """``words`` is a non-empty string that occurs in ``text`` as whole words ("so" is not in
+    "also"), case, spacing and apostrophes aside."""
     if not isinstance(words, str):
         return False
     words = _plain(words).strip(" .,;:!?\"")
-    return bool(words) and words in _plain(text)
+    return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", _plain(text)) is not None
 
 
 def _in_words(key: str, text: str) -> bool:

@@ -64,7 +64,7 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
     # A relation weighted 0 for the query's intent is removed, not merely down-weighted
     # (exp(0) would still score it): this is how the ablation configs switch a graph off.
     removed = (w == 0) if bool((w == 0).any()) else None
-    if search_kernel(kernel, sim.mode, device) == "numba":
+    if search_kernel(kernel, sim.dtype, device) == "numba":
         from magma_torch.query import beam_numba   # lazy: an optional accelerator
 
         return BeamResult(*beam_numba.beam_search(graph, sim, intents, anchors.contiguous(),

@@ -35,10 +35,11 @@ def compiled(kernel: str, device: torch.device) -> bool:
     return kernel == "numba" and torch.device(device).type == "cpu"
 
 
-def search_kernel(kernel: str, similarity_mode: str, device: torch.device) -> str:
+def search_kernel(kernel: str, score_dtype: torch.dtype, device: torch.device) -> str:
     """The beam search a batch runs: the compiled one on CPU, for every similarity way
-    (query/similarity.py); CUDA takes the tensor program."""
-    return "numba" if compiled(kernel, device) else "torch"
+    (query/similarity.py); CUDA takes the tensor program, and so do half-precision cosines
+    (``retrieval.score_dtype`` float16 or bfloat16), which numba has no type for."""
+    return "numba" if compiled(kernel, device) and score_dtype in (torch.float32, torch.float64) else "torch"
 
 
 @functools.cache

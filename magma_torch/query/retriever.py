@@ -166,9 +166,9 @@ class Retriever:
         size = self.passes(snap, num_questions)[0].stop if num_questions else 0
         return Similarity.way(min(size, num_questions), snap.scan_embeddings, self.cfg.similarity)
 
-    def search_kernel(self, snap: StoreSnapshot, num_questions: int, device: torch.device) -> str:
-        """"numba" or "torch": the beam search a batch of this many questions runs (query/beam.py)."""
-        return search_kernel(self.kernel, self.similarity_mode(snap, num_questions), device)
+    def search_kernel(self, device: torch.device) -> str:
+        """"numba" or "torch": the beam search a batch runs on ``device`` (query/beam.py)."""
+        return search_kernel(self.kernel, self.dtype, device)
 
     @torch.inference_mode()
     def similarity(self, snap: StoreSnapshot, q: torch.Tensor) -> Similarity:
