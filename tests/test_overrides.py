@@ -5,6 +5,8 @@ import subprocess
 import sys
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 
 from magma_torch.eval.cli import with_run_dir
 from magma_torch.eval.overrides import OverrideError, check_overrides
@@ -38,6 +40,14 @@ def test_bad_overrides_fail(argv, message):
 ])
 def test_good_overrides_pass(argv):
     check_overrides(argv)
+
+
+def test_checking_overrides_leaves_the_callers_hydra_as_it_was(tmp_path):
+    (tmp_path / "config.yaml").write_text("lr: 0.1\n")
+    with initialize_config_dir(str(tmp_path), version_base=None, job_name="my_app"):
+        check_overrides(["memory=hybrid_rag"])
+        assert compose("config").lr == 0.1
+    assert not GlobalHydra.instance().is_initialized()
 
 
 def test_magma_run_rejects_a_typo_before_any_work(tmp_path):

@@ -15,16 +15,16 @@ import itertools
 import json
 from collections.abc import Sequence
 
-from hydra import compose, initialize_config_module
+from hydra import compose
 from hydra._internal.utils import get_args_parser
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from magma_torch.config import CONFIG_MODULE, conf_root, group_options
+from magma_torch.config import conf_root, group_options
+from magma_torch.config.groups import packaged_hydra
 from magma_torch.errors import MagmaError
 
 
@@ -143,9 +143,7 @@ def check_overrides(argv: Sequence[str]) -> None:
     passed = [o.input_line for o in rest if o.type in (OverrideType.ADD, OverrideType.DEL, OverrideType.FORCE_ADD)
               and not o.is_sweep_override()]
     settings = [o for o in rest if o.type == OverrideType.CHANGE]
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_module(CONFIG_MODULE, version_base=None):
+    with packaged_hydra():
         for combo in itertools.product(*choices):
             cfg = _compose([*combo, *passed], hydra=True)
             variant = f" (with {' '.join(combo)})" if len(choices) and any(len(c) > 1 for c in choices) else ""
