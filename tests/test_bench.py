@@ -187,6 +187,25 @@ def test_magma_bench_prints_json_then_a_summary_and_takes_the_extra_query_counts
     assert "--single-queries must be at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--events", "0"], "--events must be at least 1, got 0"),          # 0 is a value, not "the default"
+    (["--queries", "0"], "--queries must be at least 1, got 0"),
+    (["--batch", "0"], "--batch must be at least 1, got 0"),
+    (["--threads", "-1"], "--threads must be at least 1, got -1"),
+    (["--sweep", "--sweep-events", "1000", "0"], "--sweep-events must be at least 1 each, got [1000, 0]"),
+    (["--device", "bogus"], "--device bogus:"),
+    (["--config", "/nonexistent/bench.yaml"], "--config:"),
+    (["--json", "{tmp}"], "is a folder"),
+    (["--json", "/proc/no/such/x.json"], "cannot make its folder"),
+])
+def test_a_bad_setting_fails_in_one_line_before_the_memory_is_built(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(Bench, "build", lambda *a, **k: pytest.fail("built a memory before checking the settings"))
+    with pytest.raises(SystemExit) as stop:
+        main([a.format(tmp=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and "Traceback" not in err
+
+
 def test_gpu_script_runs_without_faiss_hydra_or_text_stack(tmp_path):
     """experiments/gpu_bench.py on CPU, with the packages a bare torch + PyG node lacks hidden."""
     hidden = ["faiss", "hydra", "wandb", "bm25s", "Stemmer", "dateparser", "sentence_transformers", "matplotlib",

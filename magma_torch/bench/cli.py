@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import torch
+import yaml
+from omegaconf.errors import OmegaConfBaseException
 
 from magma_torch.bench.measure import Bench, load_config
 
@@ -144,33 +146,57 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", help="bench config file (default: the packaged conf/bench/default.yaml)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    for flag, minimum in (("vector_backend", None), ("single_queries", 1), ("reference_queries", 0)):
+    try:
+        cfg = load_config(args.config)
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as err:
+        ap.error(f"--config: {err}")
+    # Every setting is checked before the memory is built: a bad one fails in one line, not after the run.
+    for flag, minimum in (("vector_backend", None), ("single_queries", 1), ("reference_queries", 0), ("events", 1),
+                          ("queries", 1), ("batch", 1), ("threads", 1)):
         value = getattr(args, flag)
         if minimum is not None and value is not None and value < minimum:
             ap.error(f"--{flag.replace('_', '-')} must be at least {minimum}, got {value}")
         if value is not None:
             cfg.run[flag] = value
-    threads = args.threads or cfg.run.threads
-    if threads:
-        torch.set_num_threads(threads)
-    queries = args.queries or cfg.run.queries
-    batch = args.batch or cfg.run.batch
-    for name, value in (("--queries", queries), ("--batch", batch), ("--events", args.events or 1)):
-        if value < 1:
-            ap.error(f"{name} must be at least 1, got {value}")
+    sizes = args.sweep_events or list(cfg.sweep.events)
+    if args.sweep and min(sizes) < 1:
+        ap.error(f"--sweep-events must be at least 1 each, got {sizes}")
+    _check_device(ap, args.device)
+    if args.json:
+        _check_writable(ap, Path(args.json))
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
     progress = not args.no_progress
     if args.sweep:
-        sizes = args.sweep_events or list(cfg.sweep.events)
-        out = sweep(cfg, queries, batch, args.device, Path(args.out_dir or cfg.sweep.out_dir), sizes, progress)
+        out = sweep(cfg, cfg.run.queries, cfg.run.batch, args.device, Path(args.out_dir or cfg.sweep.out_dir), sizes,
+                    progress)
     else:
-        bench = Bench.build(cfg, args.events or cfg.run.events, queries, args.device, progress)
-        out = bench.measure(batch, progress=progress)
+        bench = Bench.build(cfg, cfg.run.events, cfg.run.queries, args.device, progress)
+        out = bench.measure(cfg.run.batch, progress=progress)
         print(json.dumps(_clean(out), indent=2), flush=True)
     if args.json:
         write_json(args.json, out)
     if not args.sweep:   # (a sweep summarised each size as it went)
         print(summary(out) + (f"\n  JSON         {args.json}" if args.json else ""), file=sys.stderr)
+
+
+def _check_device(ap: argparse.ArgumentParser, device: str) -> None:
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as err:
+        ap.error(f"--device {device}: {err}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device {device}: CUDA is not available on this machine")
+
+
+def _check_writable(ap: argparse.ArgumentParser, path: Path) -> None:
+    """``path`` can be written once the run is done: not a folder, in a folder that exists or can be made."""
+    if path.is_dir():
+        ap.error(f"--json {path}: is a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        ap.error(f"--json {path}: cannot make its folder: {err.strerror}")
 
 
 if __name__ == "__main__":
