@@ -39,6 +39,15 @@ def test_an_unknown_block_is_named(published):
         published.render("<!-- results:nope -->\nx\n<!-- /results:nope -->", "README.md")
 
 
+def test_a_bench_record_without_the_reference_is_named(published, tmp_path, monkeypatch):
+    record = tmp_path / "bench.json"
+    record.write_text('{"agreement_with_reference": null, "speedup_vs_reference": null, "reference_queries": 0}')
+    monkeypatch.setattr(published, "BENCH", tmp_path)
+    monkeypatch.setattr(published, "ROOT", tmp_path)
+    with pytest.raises(published.PublishedError, match=r"bench.json: measured without the reference"):
+        published.bench_run("bench.json")
+
+
 def test_check_exits_zero_on_the_committed_files(published):
     with pytest.raises(SystemExit) as stop:
         published.main(["--check"])
