@@ -87,6 +87,26 @@ def test_refused_submission_is_one_line(cluster, tmp_path):
     assert not list((tmp_path / "sweep").rglob("metrics.json"))
 
 
+@pytest.mark.parametrize(("sbatch", "said"), [
+    (None, "no Slurm here: sbatch is not on PATH (a local cluster for tests: make slurm-local)"),
+    ("#!/bin/sh\nexit 1\n", "Slurm refused the submission: sbatch failed and said nothing"),
+])
+def test_no_slurm_or_a_silent_refusal_is_one_line(tmp_path, request, sbatch, said):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if sbatch is not None:
+        request.getfixturevalue("cluster")       # submitit also looks for Slurm's srun
+        (bin_dir / "sbatch").write_text(sbatch)
+        (bin_dir / "sbatch").chmod(0o755)
+    # the fake sbatch goes first, before the cluster's own on /usr/bin
+    env = {**ENV, "PATH": str(bin_dir) if sbatch is None else os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])}
+    proc = subprocess.run(RUN + ["-m", "hydra/launcher=slurm_local", "dataset=demo", "memory=bm25",
+                                 f"hydra.sweep.dir={tmp_path / 'sweep'}"], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"magma-run: error: {said}"
+
+
 def test_sbatch_array_and_aggregation_equal_one_unsharded_run(cluster, tmp_path):
     args = ["dataset=demo", "memory=bm25"]
     proc = subprocess.run(["bash", str(SLURM / "submit_shards.sh"), str(tmp_path / "sharded"), "3", *args],
