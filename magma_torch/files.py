@@ -89,12 +89,20 @@ def _json_object(line: bytes, path: Path, number: int, key: str | None) -> dict:
 
 def cut_torn_line(path: Path) -> None:
     """Cut ``path`` back to its last newline: a kill mid-write leaves a last line without one, and
-    the next append must start a line of its own."""
+    the next append must start a line of its own. A file that ends whole is read no further than
+    its last byte (a resume's run files were just read through)."""
     if not path.exists():
         return
-    whole = path.read_bytes().rfind(b"\n") + 1
-    if whole != path.stat().st_size:
-        os.truncate(path, whole)
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        whole = f.read().rfind(b"\n") + 1
+    os.truncate(path, whole)
 
 
 def append_synced(f: TextIO, lines: list[dict]) -> None:
