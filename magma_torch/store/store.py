@@ -20,7 +20,6 @@ from magma_torch.store.tables import EntityTable, EpisodeTable, EventRow, EventT
 from magma_torch.store.vector_index import VectorIndex
 
 
-
 @dataclass(frozen=True)
 class StoreSnapshot:
     num_events: int
