@@ -193,13 +193,19 @@ def _quoted(words, text: str) -> bool:
     if not isinstance(words, str):
         return False
     words = _plain(words).strip(" .,;:!?\"")
-    return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", _plain(text)) is not None
+    return bool(words) and _whole_words(words, _plain(text))
 
 
 def _in_words(key: str, text: str) -> bool:
     """``key`` (a ``normalise_name``) is whole words of ``text`` (``_plain``), or their plural
     ("sock" in "socks"): never part of a longer word ("art" in "started")."""
-    return re.search(rf"(?<!\w){re.escape(key)}(?:e?s)?(?!\w)", text) is not None
+    return _whole_words(key, text, plural=True)
+
+
+def _whole_words(words: str, text: str, plural: bool = False) -> bool:
+    """``words`` occur in ``text`` with no word character either side (with ``plural``, followed by
+    an optional "s"/"es")."""
+    return re.search(rf"(?<!\w){re.escape(words)}{'(?:e?s)?' if plural else ''}(?!\w)", text) is not None
 
 
 def normalise_name(name: str) -> str:
