@@ -17,7 +17,7 @@ _LAZY = {
     "LLMUnavailable": "llm.base", "LLMInterfaceError": "llm.base", "UnknownPromptError": "llm.prompts", "OutputError": "llm.schema",
     "ModelError": "llm.models",
     "ExplainError": "explain.cli", "ScreenshotError": "explain.screenshot",
-    "DatasetError": "eval.datasets.base", "ConfigError": "config.resolve", "CompareError": "eval.compare",
+    "DatasetError": "eval.datasets.base", "ConfigError": "config.schema", "CompareError": "eval.compare",
     "RunFolderError": "eval.run_folder", "AggregateError": "eval.aggregate", "OverrideError": "eval.overrides",
     "TrackerError": "eval.tracking",
 }
