@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from magma_torch.eval.aggregate import AggregateError, aggregate
 from magma_torch.eval.compare import paired_difference
-from magma_torch.eval.datasets import DatasetError, load_demo, load_longmemeval, select_samples
+from magma_torch.eval.datasets import DatasetError, load_demo, load_longmemeval, select_samples, selection_size
 from magma_torch.eval.runner import summarise_run
 from magma_torch.testing import assert_no_run
 
@@ -33,6 +33,19 @@ def test_sample_ids_and_limit():
     assert len(list(select_samples(samples, limit=2))) == 2
     with pytest.raises(DatasetError, match="no sample 'conv-404'"):
         list(select_samples(samples, sample_ids=["conv-404"]))
+
+
+@pytest.mark.parametrize("limit, sample_ids, shard", [
+    (None, None, None), (2, None, None), (None, None, "1/2"), (None, None, "2/3"), (None, None, "0/5"),
+    (None, ["demo-3", "demo-1"], None), (None, ["demo-3", "demo-1", "demo-2"], "1/2"), (2, ["demo-2"], "0/2"),
+    (2, None, "1/2")])
+def test_the_size_of_a_selection_is_the_count_it_hands_out(limit, sample_ids, shard):
+    # the progress bar's total: a run with sample_ids or a shard showed none
+    samples = load_demo()
+    handed_out = list(select_samples(samples, limit, sample_ids, shard))
+    assert selection_size(len(samples), limit, sample_ids, shard) == len(handed_out)
+    assert selection_size(None, limit, sample_ids, shard) == (None if limit is None and sample_ids is None
+                                                              else len(handed_out))
 
 
 def test_named_samples_are_checked_before_any_sample_is_handed_out():

@@ -21,7 +21,7 @@ from magma_torch.config.resolve import ConfigError
 from magma_torch.errors import MagmaError
 from magma_torch.eval import progress
 from magma_torch.eval.cli import check_run_config, consolidates_with_reader, fail
-from magma_torch.eval.datasets import Sample, dataset_categories, load_dataset, select_samples
+from magma_torch.eval.datasets import Sample, dataset_categories, load_dataset, select_samples, selection_size
 from magma_torch.eval.metrics import (RETRIEVAL_MS, percentile, recall_all_at_k, recall_all_at_tokens,
                                       recall_any_at_k)
 from magma_torch.eval.plots import plot_categories
@@ -185,13 +185,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     d = cfg.dataset
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
     samples = load_dataset(d.name, d.get("path"))
-    if sample_ids is not None or shard is not None:
-        total = None  # the progress bar's length is known only once the selection has run
-    elif isinstance(samples, Sized):
-        total = min(len(samples), limit or len(samples))
-    else:
-        total = limit  # streamed: at most limit samples
     selection = select_samples(samples, limit, sample_ids, shard)  # a bad shard or sample id fails before the folder exists
+    total = selection_size(len(samples) if isinstance(samples, Sized) else None, limit, sample_ids, shard)
     reader = judge = tracker = None
     folder = RunFolder(out_dir)
     try:

@@ -8,10 +8,11 @@ from .base import DatasetError, Question, Sample, Turn
 from .demo import load_demo
 from .locomo import load_locomo
 from .longmemeval import QUESTION_TYPES, load_longmemeval
-from .select import check_limit, check_sample_ids, parse_shard, select_samples
+from .select import check_limit, check_sample_ids, parse_shard, select_samples, selection_size
 
 __all__ = ["Turn", "Question", "Sample", "DatasetError", "load_locomo", "load_demo", "load_longmemeval",
-           "load_dataset", "dataset_categories", "select_samples", "check_limit", "check_sample_ids", "parse_shard"]
+           "load_dataset", "dataset_categories", "select_samples", "check_limit", "check_sample_ids", "parse_shard",
+           "selection_size"]
 
 LONGMEMEVAL = ("longmemeval_s", "longmemeval_m", "longmemeval_oracle")
 DATASETS = ("locomo", "demo", *LONGMEMEVAL)

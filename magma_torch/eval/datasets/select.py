@@ -57,6 +57,23 @@ def select_samples(samples: Sequence[Sample] | Iterable[Sample], limit: int | No
     return islice(limited, i, None, n)
 
 
+def selection_size(available: int | None, limit: int | None = None, sample_ids: Sequence[str] | None = None,
+                   shard: str | None = None) -> int | None:
+    """How many samples ``select_samples`` hands out of a dataset of ``available`` samples (None:
+    streamed, count unknown), for a progress bar's total; None when it cannot be known without
+    reading the dataset. Call it after ``select_samples`` has checked the settings."""
+    if sample_ids is not None:
+        size = len(set(sample_ids))   # each is present within the limit (select_samples checks)
+    elif available is None:
+        size = limit
+    else:
+        size = min(available, limit or available)
+    if size is None:
+        return None
+    i, n = parse_shard(shard) if shard is not None else (0, 1)
+    return len(range(i, size, n))
+
+
 def _check_present(ids: list[str], limit: int | None, wanted: Sequence[str]) -> None:
     missing = [w for w in wanted if w not in ids[:limit]]
     if not missing:
