@@ -3,6 +3,7 @@ or float16 rows), CUDA the float16 rows; bad values fail clearly."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -11,8 +12,10 @@ import torch
 
 from magma_torch import hardware
 from magma_torch.hardware import HALF_FLAGS, auto_scan_dtype, cpu_flags, cpu_model
+from magma_torch.config.schema import ConfigError
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
+from magma_torch.store.vector_index import VectorIndex
 
 
 @pytest.mark.parametrize(("half_ms", "want"), [(1.0, torch.float16), (2.9, torch.float32), (7.0, torch.float32)])
@@ -37,8 +40,21 @@ def test_auto_is_float16_on_cuda_and_the_probe_times_both_products():
 def test_store_keeps_an_explicit_scan_dtype_and_refuses_others():
     assert MemoryStore(8, scan_dtype="bfloat16").events.scan_embeddings.data.dtype == torch.bfloat16
     assert MemoryStore(8, scan_dtype="float16").events.scan_embeddings.data.dtype == torch.float16
-    with pytest.raises(ValueError, match="scan_dtype must be one of auto, float32, float16, bfloat16, got 'float64'"):
+    with pytest.raises(ConfigError, match="^MemoryStore.scan_dtype: must be one of auto, float32, float16, bfloat16, "
+                                          "got 'float64'$"):
         MemoryStore(8, scan_dtype="float64")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"vector_backend": "faise"}, "MemoryStore.vector_backend: must be one of auto, faiss, torch, got 'faise'"),
+    ({"chain_span": -1}, "MemoryStore.chain_span: must be >= 0, got -1"),
+    ({"bm25_b": 1.5}, "MemoryStore.bm25.b: must be between 0 and 1, got 1.5"),
+    ({"bm25_k1": -0.1}, "MemoryStore.bm25.k1: must be >= 0, got -0.1")])
+def test_a_store_built_directly_checks_its_settings_by_the_schema(kwargs, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        MemoryStore(8, **kwargs)
+    with pytest.raises(ConfigError, match="VectorIndex backend must be one of auto, faiss, torch, got 'faise'"):
+        VectorIndex(8, backend="faise")   # it fell back to torch in silence
 
 
 @pytest.mark.parametrize("scan_dtype", ["float32", "float16"])

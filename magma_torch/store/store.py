@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch_geometric.data import HeteroData
 
-from magma_torch.config.schema import SCAN_DTYPES
+from magma_torch.config.schema import Bm25Config, MemoryConfig, check
 from magma_torch.hardware import auto_scan_dtype
 from magma_torch.store.graph import GraphSnapshot, MultiGraph
 from magma_torch.store.keyword_index import KeywordIndex
@@ -58,10 +58,12 @@ class StoreSnapshot:
 class MemoryStore:
     def __init__(self, dim: int, device: torch.device | str = "cpu", vector_backend: str = "auto",
                  bm25_k1: float = 1.5, bm25_b: float = 0.75, chain_span: int = 4, scan_dtype: str = "auto"):
+        # The memory's config was checked as a whole; a store built directly is checked here, by the same schema.
+        check(MemoryConfig, {"vector_backend": vector_backend, "chain_span": chain_span, "scan_dtype": scan_dtype},
+              "MemoryStore")
+        check(Bm25Config, {"k1": bm25_k1, "b": bm25_b}, "MemoryStore.bm25")
         self.device = torch.device(device)
         self.dim = dim
-        if scan_dtype not in SCAN_DTYPES:
-            raise ValueError(f"scan_dtype must be one of {', '.join(SCAN_DTYPES)}, got {scan_dtype!r}")
         scan = auto_scan_dtype(self.device) if scan_dtype == "auto" else getattr(torch, scan_dtype)
         self.events = EventTable(dim, device, chain_span=chain_span, scan_dtype=scan)
         self.entities = EntityTable(dim, device)

@@ -10,6 +10,8 @@ import threading
 
 import torch
 
+from magma_torch.config.schema import VECTOR_BACKENDS, ConfigError, OneOf
+
 log = logging.getLogger(__name__)
 
 
@@ -29,6 +31,9 @@ class VectorIndex:
     """
 
     def __init__(self, dim: int, device: torch.device | str = "cpu", backend: str = "auto"):
+        problem = OneOf(VECTOR_BACKENDS).problem(backend)
+        if problem is not None:   # "faise" would fall back to torch in silence
+            raise ConfigError(f"VectorIndex backend {problem}")
         self.dim = dim
         self.device = torch.device(device)
         faiss = _import_faiss() if backend in ("auto", "faiss") else None
