@@ -41,16 +41,29 @@ def test_scan_and_matrix_give_the_exact_top_k(k, half):
         assert columns.mode == "columns" and columns.top_k(k).tolist() == want[i:i + 1]
 
 
-def test_matrix_top_k_reads_the_cosines_above_a_sampled_bound():
+@pytest.mark.parametrize("half", [None, torch.float16, torch.bfloat16])
+def test_top_k_reads_the_values_above_a_sampled_bound(half):
     """On CPU the matrix way keeps the cosines at or above a bound taken from every SAMPLE_STRIDE-th
-    one; where that leaves fewer than k in a row, torch.topk decides, and the top k is exact both ways."""
+    one, and the scan finds its k-th approximate cosine among the approximate ones above such a
+    bound; where that leaves fewer than k in a row, torch.topk decides, and the top k is exact
+    every way."""
     emb, q = near_ties(n=5000)
-    sim = Similarity(emb, None, q, MATRIX, torch.float64)
-    assert sim._above_sampled_bound(50)[0] is not None and sim.top_k(50).tolist() == exact_top(emb, q, 50)
-    # the sampled events are question 0 itself: the bound passes them alone, fewer than k
-    emb[::SAMPLE_STRIDE] = q[0]
-    sim = Similarity(emb, None, q, MATRIX, torch.float64)
-    assert sim._above_sampled_bound(100)[0] is None and sim.top_k(100).tolist() == exact_top(emb, q, 100)
+
+    def way(emb):
+        sim = Similarity(emb, None if half is None else emb.to(half), q, MATRIX if half is None else SCAN,
+                         torch.float64)
+        return sim, sim.matrix if half is None else sim.approx
+
+    sim, values = way(emb)
+    assert sim._above_sampled_bound(values, 50)[0] is not None and sim.top_k(50).tolist() == exact_top(emb, q, 50)
+    # the sampled events are question 0 itself and no other is near it: the bound passes them
+    # alone, fewer than k
+    emb[(emb @ q[0]) > 0.9] *= -1
+    sampled = emb[::SAMPLE_STRIDE]
+    g = torch.Generator().manual_seed(1)   # apart by far more than a double's rounding, so the order is one
+    emb[::SAMPLE_STRIDE] = torch.nn.functional.normalize(q[0] + 1e-4 * torch.randn(sampled.shape, generator=g), dim=1)
+    sim, values = way(emb)
+    assert sim._above_sampled_bound(values, 100)[0] is None and sim.top_k(100).tolist() == exact_top(emb, q, 100)
 
 
 def test_pairs_agree_and_short_lists_are_padded():

@@ -85,22 +85,24 @@ class Similarity:
         near = (out >= floor - self.error.index_select(0, q_idx)).nonzero().squeeze(1)
         return out.index_copy_(0, near, self._exact(keys.index_select(0, near)))
 
-    def _above_sampled_bound(self, k: int) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
-        """(row, id) pairs, in that order, of the matrix's cosines at or above a bound that leaves at
-        least ``k`` per row, so they hold every row's top k; (None, None) on CUDA, for a small
+    @staticmethod
+    def _above_sampled_bound(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+        """(row, id) pairs, in that order, of the [B, N] ``values`` at or above a bound that leaves
+        at least ``k`` per row, so they hold every row's top k; (None, None) on CUDA, for a small
         matrix (the bound would pass a quarter of it), or when a row's bound leaves fewer than k.
 
         On CPU torch.topk over 10^5 events takes ~1.9 ms a question for the dense ranking's top
-        1000. The bound is the ``k_sample``-th best of every ``SAMPLE_STRIDE``-th cosine, about
-        2k / stride: it is passed by about 2k of the row, rarely fewer than k (then topk decides),
-        and the compare, nonzero and a sort of those take ~0.6 ms."""
-        b_size, n = self.matrix.shape
+        1000 (~0.8 ms over the scan's float16 values). The bound is the ``k_sample``-th best of
+        every ``SAMPLE_STRIDE``-th value, about 2k / stride: it is passed by about 2k of the row,
+        rarely fewer than k (then topk decides), and the compare, nonzero and a sort of those take
+        ~0.6 ms (~0.2 for float16)."""
+        b_size, n = values.shape
         k_sample = 2 * k // SAMPLE_STRIDE + 8
-        if self.matrix.device.type != "cpu" or 4 * k_sample * SAMPLE_STRIDE > n:   # a quarter of the row or more
+        if values.device.type != "cpu" or 4 * k_sample * SAMPLE_STRIDE > n:   # a quarter of the row or more
             return None, None
-        sample = self.matrix[:, ::SAMPLE_STRIDE]
+        sample = values[:, ::SAMPLE_STRIDE]
         bound = torch.topk(sample, k_sample, dim=1, sorted=False).values.min(dim=1, keepdim=True).values
-        r, e = (self.matrix >= bound).nonzero(as_tuple=True)
+        r, e = (values >= bound).nonzero(as_tuple=True)
         if bool((torch.bincount(r, minlength=b_size) < k).any()):
             return None, None
         return r, e
@@ -110,6 +112,16 @@ class Similarity:
         distinct, inverse = torch.unique(keys, return_inverse=True)
         q, v = distinct // self.num_events, distinct % self.num_events
         return row_dots(self.queries, q, self.embeddings, v, self.dtype).index_select(0, inverse)
+
+    def _approx_kth(self, k: int) -> torch.Tensor:
+        """[B, 1] each row's k-th highest approximate cosine, in the score dtype: picked from the
+        values above a sampled bound (``_above_sampled_bound``) where there is one, else torch.topk."""
+        r, e = self._above_sampled_bound(self.approx, k)
+        if r is None:
+            return torch.topk(self.approx, k, dim=1).values[:, -1:].to(self.dtype)
+        values = self.approx.view(-1).index_select(0, r * self.num_events + e)
+        best = top_in_group(r, values, k, self.batch_size)   # k per row, row by row, best first
+        return values.index_select(0, best).view(self.batch_size, k)[:, -1:].to(self.dtype)
 
     def top_k(self, k: int) -> torch.Tensor:
         """[B, k] ids of each question's k most similar events, best first (ties: lower id;
@@ -122,14 +134,14 @@ class Similarity:
         if k_eff == 0:
             return out
         if self.matrix is not None:
-            r, e = self._above_sampled_bound(k_eff)
+            r, e = self._above_sampled_bound(self.matrix, k_eff)
             if r is None:
                 scores, ids = torch.topk(self.matrix, k_eff, dim=1)
                 return top_ids(ids, scores, k)                                 # ties: lower id
             exact = self.matrix.view(-1).index_select(0, r * n + e)
-        else:
-            kth = torch.topk(self.approx, k_eff, dim=1).values[:, -1:].to(self.dtype)
-            r, e = (self.approx.to(self.dtype) >= kth - 2 * self.error[:, None]).nonzero(as_tuple=True)
+        else:   # every event within the error band of the k-th approximate cosine, rescored
+            kth = self._approx_kth(k_eff)
+            r, e = (self.approx >= kth - 2 * self.error[:, None]).nonzero(as_tuple=True)
             exact = self._exact(r * n + e)
         best = top_in_group(r, exact, k_eff, b_size)     # pairs are in (row, id) order: ties to the lower id
         r, e = r[best], e[best]
