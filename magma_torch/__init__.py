@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "MagmaMemory": "memory", "QueryError": "memory", "AnswerError": "memory",
     "StoredEvent": "events", "UnknownEventError": "events",
-    "IngestError": "ingest.fast_path", "MissingNLPModel": "ingest.nlp",
+    "IngestError": "ingest.fast_path", "MissingNLPModel": "ingest.nlp", "ForgetError": "lifecycle",
     "CorruptSaveError": "store.persistence", "IntegrityError": "store.integrity",
     "NamespaceError": "store.durable", "UnknownNamespaceError": "store.durable",
     "NamespaceNotEmptyError": "store.durable", "StoreInUseError": "store.durable",

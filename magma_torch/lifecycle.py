@@ -23,11 +23,17 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from magma_torch.errors import MagmaError
 from magma_torch.events import UnknownEventError
 from magma_torch.ingest import backfill, fast_path
 from magma_torch.store import compact, persistence
 from magma_torch.store.tables import EventRow, date_span
 from magma_torch.text.temporal import parse_timestamp
+
+
+class ForgetError(MagmaError, ValueError):
+    """A ``forget`` refused before anything is forgotten: no filter, a speaker or entity the memory
+    does not hold, an unreadable ``before``; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
     entity node of that name) and ``before`` (timestamp strictly earlier). Unknown ids, source
     ids, speakers or entities raise, naming them (the caller has changed nothing yet)."""
     if ids is None and source_ids is None and speaker is None and entity is None and before is None:
-        raise ValueError("forget() needs ids, source_ids, speaker, entity or before (it never forgets everything "
+        raise ForgetError("forget() needs ids, source_ids, speaker, entity or before (it never forgets everything "
                          "by default)")
     ev = store.events
     rows = set(range(len(ev)))
@@ -61,16 +67,16 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
         rows = {ev.row_of[i] for i in ids} | {ev.by_source[s] for s in source_ids}
     if speaker is not None:
         if speaker not in ev.speaker_ids:
-            raise ValueError(f"forget: no event has speaker {speaker!r}; nothing was forgotten")
+            raise ForgetError(f"forget: no event has speaker {speaker!r}; nothing was forgotten")
         rows = {r for r in rows if ev.rows[r].speaker == speaker}
     if entity is not None:
         if not isinstance(entity, str):
-            raise TypeError(f"forget: entity must be a name (a string), not a {type(entity).__name__}: {entity!r}; "
+            raise ForgetError(f"forget: entity must be a name (a string), not a {type(entity).__name__}: {entity!r}; "
                             "nothing was forgotten")
         found = entities_named(store.entities, entity)
         if not found:
             close = difflib.get_close_matches(" ".join(entity.split()).casefold(), store.entities.names, n=5)
-            raise ValueError(f"forget: no entity named {entity!r}" + (f" (close: {close})" if close else "")
+            raise ForgetError(f"forget: no entity named {entity!r}" + (f" (close: {close})" if close else "")
                              + "; nothing was forgotten")
         src, dst, _ = store.graph.edges("entity")
         rows &= set(src[torch.isin(dst, torch.tensor(found, device=dst.device))].tolist())
@@ -78,7 +84,7 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
         try:
             when = fast_path.as_utc(parse_timestamp(before)).timestamp()   # as add stores it: wall clock, offset dropped
         except ValueError as err:
-            raise ValueError(f"forget: before: {err}; nothing was forgotten") from None
+            raise ForgetError(f"forget: before: {err}; nothing was forgotten") from None
         rows = {r for r in rows if ev.rows[r].timestamp < when}
     return sorted(rows)
 

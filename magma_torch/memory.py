@@ -239,7 +239,7 @@ class MagmaMemory:
         between its stream's previous and next event). Durable like ``add``."""
         self._check_writable()
         if text is None and timestamp is None:
-            raise ValueError("update() needs a new text or timestamp")
+            raise fast_path.IngestError(f"event {event_id}: update() needs a new text or timestamp")
         with self.store.ingest_lock:
             row = self._row(event_id)
             new = fast_path.revise(self.store, row, text, timestamp, self.fast_cfg)

@@ -14,6 +14,7 @@ BUILTIN_BASE = {
     "OutputError": ValueError, "ModelError": RuntimeError, "ExplainError": ValueError, "ScreenshotError": RuntimeError,
     "DatasetError": ValueError, "ConfigError": ValueError, "CompareError": ValueError, "RunFolderError": ValueError,
     "AggregateError": ValueError, "OverrideError": ValueError, "TrackerError": RuntimeError,
+    "ForgetError": ValueError,
 }
 
 
@@ -46,3 +47,22 @@ def test_the_facades_bad_input_raises_its_specific_error(tmp_path):
     with pytest.raises(magma_torch.UnknownNamespaceError, match="no namespace 'bob'"):
         MagmaMemory.forget_namespace(tmp_path, "bob")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_forget_update_and_open_readonly_refusals_are_magma_errors(tmp_path):
+    # README's `except MagmaError` is to catch these too: each refusal of the Python API names what to fix
+    from magma_torch.text.embedder import Embedder
+
+    mem = MagmaMemory(consolidation="none", embedder=Embedder(device="cpu"), device="cpu")
+    first = mem.add("Dana went hiking.", "2023-06-05 10:00", speaker="Dana")
+    for bad, named in (({}, "needs ids"), ({"speaker": "Bob"}, "'Bob'"), ({"entity": "violin"}, "'violin'"),
+                       ({"entity": 3}, "entity must be a name"), ({"before": "not a date"}, "before: cannot parse")):
+        with pytest.raises(magma_torch.ForgetError, match=named) as err:
+            mem.forget(**bad)
+        assert isinstance(err.value, ValueError) and "\n" not in str(err.value)
+    with pytest.raises(magma_torch.IngestError, match=f"event {first}: update\\(\\) needs a new text or timestamp"):
+        mem.update(first)
+    assert [e.text for e in mem.events()] == ["Dana went hiking."]
+    with pytest.raises(magma_torch.UnknownNamespaceError, match="no namespace 'nobody'") as err:
+        MagmaMemory.open_readonly(tmp_path, "nobody")   # the memory is named, as forget_namespace names it
+    assert isinstance(err.value, FileNotFoundError)

@@ -24,6 +24,8 @@ from magma_torch.eval.overrides import OverrideError, check_overrides
     (["-m", "memory.retrieval.beam.gamma=0.1,x"], r"expects a number .* got 'x'"),
     (["+seed=3"], r"\+seed=3: Could not append to config"),
     (["task=retrieval,"], r"^mismatched input '<EOF>' expecting \{"),   # unparsable sweep: hydra's parser error
+    (["memory.retrieval.beam.gamma=null"], r"memory\.retrieval\.beam\.gamma expects a number"),  # not Optional
+    (["progress=null"], r"progress expects true or false"),           # outside the schema null stays refused
 ])
 def test_bad_overrides_fail(argv, message):
     with pytest.raises(OverrideError, match=message) as err:
@@ -37,6 +39,9 @@ def test_bad_overrides_fail(argv, message):
     ["-m", "memory=magma,bm25", "memory.retrieval.beam.gamma=0.1,0.5", "memory.retrieval.beam.max_depth=range(2,4)"],
     ["memory.retrieval.intent_weights.WHY.causal=5", "progress=false", "out_dir=/tmp/somewhere"],
     ["+dataset.note=hello", "logger=wandb", "logger.tags=[a,b]", "hydra/launcher=basic"],
+    # null where the schema declares it (README: "study with memory.retrieval.question_adapter=null",
+    # "consolidation.supersession ... null turns it off")
+    ["memory.retrieval.question_adapter=null", "consolidation.supersession=null", "memory.retrieval.budget_tokens=null"],
 ])
 def test_good_overrides_pass(argv):
     check_overrides(argv)

@@ -38,3 +38,19 @@ def test_the_errors_example_catches_magma_error(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert printed.startswith("refused: ") and "empty" in printed     # the IngestError, as one line
     assert printed.count("\n") == 1
+
+
+def test_the_errors_section_names_every_exported_error():
+    import magma_torch
+
+    section = README.read_text(encoding="utf-8").split("### Errors\n", 1)[1].split("\n### ", 1)[0]
+    errors = [n for n in magma_torch.__all__ if n not in ("MagmaMemory", "StoredEvent")]
+    assert [n for n in errors if not re.search(rf"`(magma_torch\.)?{n}`", section)] == []
+
+
+def test_the_resume_section_lists_the_settings_that_may_change():
+    from magma_torch.eval.run_folder import RESUMABLE_CHANGES
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    listed = re.search(r"Only (.*?) may change between attempts", text).group(1)
+    assert sorted(re.findall(r"`([^`]+)`", listed)) == sorted(RESUMABLE_CHANGES)

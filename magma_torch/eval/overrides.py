@@ -11,6 +11,7 @@ as one line.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Sequence
@@ -65,6 +66,13 @@ def _type_problem(default, value) -> str | None:
     return None
 
 
+def _takes_null(node) -> bool:
+    """A schema field declared Optional (or Any), whose values include null
+    (``memory.retrieval.question_adapter=null``); a plain YAML setting keeps the type of its value."""
+    parent = node._get_parent()
+    return node._is_optional() and parent is not None and dataclasses.is_dataclass(OmegaConf.get_type(parent))
+
+
 def _check_setting(cfg: DictConfig, o: Override, variant: str) -> None:
     parts = o.key_or_group.split(".")
     node = cfg
@@ -81,7 +89,7 @@ def _check_setting(cfg: DictConfig, o: Override, variant: str) -> None:
     if default == "???":
         default = None
     for value in _values(o):
-        problem = _type_problem(default, value)
+        problem = None if value is None and _takes_null(node) else _type_problem(default, value)
         if problem:
             shown = (json.dumps(OmegaConf.to_container(default)) if isinstance(default, (DictConfig, ListConfig))
                      else repr(default))

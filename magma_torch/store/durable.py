@@ -148,7 +148,12 @@ def read_live(store_dir: str | os.PathLike, namespace: str) -> tuple[Path, Saved
     """The folder of ``namespace``, its checkpoint and its log records as they were at one moment,
     read without a lock and without writing (``live_read``)."""
     path = Path(store_dir) / check_namespace(namespace)
-    saved, records = live_read.read_checkpoint_and_log(path / CHECKPOINT, path / WAL)
+    try:
+        saved, records = live_read.read_checkpoint_and_log(path / CHECKPOINT, path / WAL)
+    except FileNotFoundError as err:   # no checkpoint there (a damaged one is a CorruptSaveError)
+        if isinstance(err, MagmaError):
+            raise
+        raise UnknownNamespaceError(f"{err}; no namespace {namespace!r} in {store_dir}") from None
     check_holds(saved, namespace)
     return path, saved, records
 
