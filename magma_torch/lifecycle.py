@@ -201,10 +201,10 @@ def _rebuild(mem, drop: list[int], streams: set[str], detach: Iterable[int] = ()
 
 
 def _apply(mem, c: compact.Compacted, tokens: list[list[str]], gone: set[int], streams: set[str]) -> compact.Compacted:
-    """Tell the consolidator what changed, derive the supersessions of ``streams`` again and swap the
-    rebuilt store in; returns the capture adopted."""
+    """Tell the consolidator what changed, derive the supersessions and entity mentions of ``streams``
+    again and swap the rebuilt store in; returns the capture adopted."""
     _tell_consolidator(mem, c, gone, streams if gone else set())   # a backfill removes no text
-    c = _restated(mem, c, streams)
+    c = _mentions_restated(mem, _restated(mem, c, streams), streams)
     _adopt(mem, c, tokens)
     return c
 
@@ -246,6 +246,27 @@ def _restated(mem, c: compact.Compacted, streams: set[str]) -> compact.Compacted
     found = restate({s: [(i, c.saved.events[i]) for i in rows if c.saved.events[i].stream == s] for s in streams})
     links = [link for i in sorted(found) for link in found[i][:mem.worker.max_supersedes_per_event]]
     return compact.relinked(c, "supersedes", rows, [(l.later, l.earlier, l.confidence) for l in links])
+
+
+def _mentions_restated(mem, c: compact.Compacted, streams: set[str]) -> compact.Compacted:
+    """A consolidator whose entities depend on counts over a stream (the heuristic's
+    ``min_phrase_count``) derives the mentions of the events of ``streams`` again, as an in-order
+    ingest of the remaining events gives them; an entity it now names first is embedded from its
+    surface, as the worker does, and one left with no mention goes."""
+    restate = getattr(mem.consolidator, "restate_mentions", None)
+    if restate is None or not streams:
+        return c
+    rows = [i for i, r in enumerate(c.saved.events) if r.stream in streams]
+    found = restate({s: [(i, c.saved.events[i]) for i in rows if c.saved.events[i].stream == s] for s in streams})
+    if found is None:
+        return c
+    mentions = [(i, m) for i in rows for m in found[i][:mem.worker.max_entities_per_event]]
+    known, new = set(c.saved.entities["names"]), {}
+    for _, m in mentions:
+        if m.name not in known:
+            new.setdefault(m.name, m)        # named as its first mention writes it
+    vectors = mem.embedder.encode([m.surface for m in new.values()]) if new else None
+    return compact.mentioned(c, rows, mentions, list(new.values()), vectors)
 
 
 # ---- write-ahead-log records ----

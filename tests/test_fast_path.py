@@ -496,16 +496,41 @@ def test_at_one_timestamp_a_link_goes_in_stream_order(emb):
 
 
 def test_a_link_that_would_close_a_cycle_is_refused(emb):
-    """A bulk-imported causal edge need only follow row order, so across streams it may go back
-    in time; the link that would close a cycle with it is still refused."""
+    """A causal edge written past every check (here straight into the graph) that goes back in time
+    is still no ground for a cycle: the link that would close one is refused."""
     m = make_mem(emb, background=False)
     m.worker.consolidator = ScriptedConsolidator({"zero": ([], [CausalLink(1, 0, 0.9, "so")])})
     try:
-        m.add_many([rec("zero", "2023-05-08 10:05", stream="a"), rec("one", "2023-05-08 10:00", stream="b")])
-        bulk.add_links(m.store, causal=(torch.tensor([0]), torch.tensor([1])))
+        m.add_many([rec("zero", "2023-05-08 10:05"), rec("one", "2023-05-08 10:05")])
+        m.store.graph.add_edges("causal", torch.tensor([0]), torch.tensor([1]))
+        m.store.events.timestamps.data[1] -= 600      # the edge now goes back in time
+        m.store.events.rows[1].timestamp -= 600
         m.consolidate()
         assert edges(m, "causal") == [(0, 1)]
         assert m.worker.status[0] == ("consolidated", "rejected causal link 1->0: would create a cycle")
+    finally:
+        m.close()
+
+
+def test_a_causal_link_across_streams_is_refused(emb):
+    """A causal link stays within a stream (EventView): the worker refuses a proposed one across
+    streams, and a bulk import refuses one (naming the edge, writing nothing of the batch), though
+    in row order it goes forward while in time it goes back."""
+    m = make_mem(emb, background=False)
+    m.worker.consolidator = ScriptedConsolidator({"two": ([], [CausalLink(0, 2, 0.9, "so")])})
+    try:
+        m.add_many([rec("zero", "2023-05-08 10:05", stream="a"), rec("one", "2023-05-08 10:00", stream="b"),
+                    rec("two", "2023-05-08 10:06", stream="b")])
+        m.consolidate()
+        assert edges(m, "causal") == []
+        assert m.worker.status[2] == ("consolidated",
+                                      "rejected causal link 0->2: cause and effect are in different streams")
+        with pytest.raises(IngestError, match=r"causal edge 1 \(0 -> 1\) joins two streams"):
+            bulk.add_links(m.store, causal=(torch.tensor([1, 0]), torch.tensor([2, 1])))
+        assert edges(m, "causal") == []
+        bulk.add_links(m.store, causal=(torch.tensor([1]), torch.tensor([2])))
+        assert edges(m, "causal") == [(1, 2)]
+        m.check()
     finally:
         m.close()
 

@@ -342,3 +342,70 @@ def test_a_far_future_event_stored_before_the_horizon_can_be_forgotten(emb, tmp_
         assert mem.forget(ids=stuck).ids == (stuck,)
         mem.add("Today.", datetime.now(timezone.utc), stream="s")
         mem.check()
+
+
+# ---- phrase counts (min_phrase_count > 1) after forget, update and backfill ----
+
+PHRASE_TURNS = [("Ann", "I tuned my violin before the concert.", "2023-01-02 10:00"),
+                ("Ben", "My garden is full of tomatoes this year.", "2023-01-02 10:01"),
+                ("Ann", "The violin sounded great at the concert.", "2023-01-03 10:00"),
+                ("Ben", "I picked tomatoes in the garden today.", "2023-01-04 10:00")]
+
+
+def counting(min_phrase_count: int):
+    cons = load_group("consolidation", "heuristic")
+    cons.min_phrase_count = min_phrase_count
+    return cons
+
+
+def mentions(mem) -> set[tuple[str, str]]:
+    """(event text, entity name) of every event-entity link."""
+    src, dst, _ = mem.store.graph.edges("entity")
+    rows, names = mem.store.events.rows, mem.store.entities.names
+    return {(rows[e].text, names[n]) for e, n in zip(src.tolist(), dst.tolist())}
+
+
+def mentions_in_order(emb, turns, min_phrase_count: int) -> set[tuple[str, str]]:
+    """The mentions of a fresh memory given ``turns`` (speaker, text, timestamp) in time order."""
+    with MagmaMemory(config(), counting(min_phrase_count), embedder=emb, device="cpu") as mem:
+        mem.add_many([{"text": t, "timestamp": ts, "speaker": sp} for sp, t, ts in sorted(turns, key=lambda x: x[2])])
+        mem.consolidate()
+        assert set(mem.store.entities.names) == {n for _, n in mentions(mem)}
+        return mentions(mem)
+
+
+@pytest.mark.parametrize("op", ["update", "forget", "backfill"])
+def test_after_a_lifecycle_operation_the_phrase_entities_are_those_of_an_in_order_ingest(emb, tmp_path, op):
+    """With min_phrase_count 2 a phrase is an entity once two events of the stream hold it: after an
+    update, forget or backfill the entities and their links are a fresh in-order ingest's of the
+    remaining events (the counts follow what is stored), after a later add too, and after a crash
+    and log replay."""
+    turns = list(PHRASE_TURNS)
+    mem = MagmaMemory(config(), counting(2), store_dir=tmp_path, durable=True, embedder=emb, device="cpu")
+    ids = mem.add_many([{"text": t, "timestamp": ts, "speaker": sp} for sp, t, ts in turns])
+    mem.consolidate()
+    assert ("The violin sounded great at the concert.", "violin") in mentions(mem)
+    if op == "update":        # the violin and the concert are then in one event: no entity
+        mem.update(ids[0], text="I tuned my guitar before the show.")
+        turns[0] = ("Ann", "I tuned my guitar before the show.", turns[0][2])
+    elif op == "forget":
+        mem.forget(ids=[ids[2]])
+        del turns[2]
+    else:
+        late = ("Ann", "My new violin case fits in the car.", "2023-01-02 12:00")
+        mem.add(late[1], late[2], speaker=late[0], backfill=True)
+        turns.append(late)
+    mem.consolidate()
+    assert mentions(mem) == mentions_in_order(emb, turns, 2)
+    assert set(mem.store.entities.names) == {n for _, n in mentions(mem)}
+    later = ("Ann", "I played the guitar at the show last night.", "2023-01-05 10:00")
+    mem.add(later[1], later[2], speaker=later[0])
+    mem.consolidate()
+    want = mentions(mem)
+    assert want == mentions_in_order(emb, turns + [later], 2)
+    mem.check()
+    abandon(mem)
+    with MagmaMemory(config(), counting(2), store_dir=tmp_path, durable=True, embedder=emb, device="cpu") as back:
+        back.consolidate()
+        assert mentions(back) == want
+        back.check()

@@ -73,8 +73,9 @@ def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = No
               causal: tuple[torch.Tensor, torch.Tensor] | None = None,
               mentions: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """Add edges between stored nodes: semantic (newer event, older event, cosine),
-    causal (cause, effect) with the cause appended before the effect, which keeps the
-    causal graph acyclic without a path search, and mentions (event, entity)."""
+    causal (cause, effect): two events of one stream, the cause appended before the effect
+    (a stream's rows follow its time order, so the cause precedes the effect in time, and
+    the causal graph stays acyclic without a path search), and mentions (event, entity)."""
     n, m = len(store.events), len(store.entities)
     checked = {}
     for rel, edges, hi_dst in (("semantic", semantic, n), ("causal", causal, n), ("entity", mentions, m)):
@@ -90,6 +91,8 @@ def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = No
             _check_edge(rel, src <= dst, src, dst, "must point from a newer event to an older one")
         if rel == "causal":
             _check_edge(rel, src >= dst, src, dst, "must point from an earlier event to a later one")
+            _check_edge(rel, _across_streams(store, src, dst), src, dst,
+                        "joins two streams (a causal link stays within a stream)")
         checked[rel] = (src, dst, weight)
     with store.lock:
         for rel, (src, dst, weight) in checked.items():
@@ -105,6 +108,15 @@ def _check_rows(what: str, embeddings: torch.Tensor, rows: int, dim: int) -> Non
     if bad.numel():
         i = int(bad[0])
         raise IngestError(f"{what}: row {i} has L2 norm {float(norms[i]):.4g}; the store holds L2-normalised vectors")
+
+
+def _across_streams(store: MemoryStore, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """Per edge: its ends are events of different streams (one lookup per distinct event)."""
+    ends, where = torch.unique(torch.cat([src, dst]), return_inverse=True)
+    codes: dict[str, int] = {}
+    stream = torch.tensor([codes.setdefault(store.events.rows[i].stream, len(codes)) for i in ends.tolist()],
+                          dtype=torch.long)
+    return stream[where[:src.numel()]] != stream[where[src.numel():]]
 
 
 def _check_ids(rel: str, end: str, ids: torch.Tensor, upper: int) -> None:

@@ -16,7 +16,10 @@ into one `Proposal`:
   of the stream, or a short form of exactly one speaker's name ("Mel" for "Melanie"),
   is dropped; a short form of exactly one other person the stream has named maps to that
   person. Common-noun entities need `min_phrase_count` events of the stream; when one
-  reaches it, earlier events get the mention through `backfill()`.
+  reaches it, earlier events get the mention through `backfill()`. What each event counted
+  (its named mentions and phrases) is recorded, so the counts follow the stored events: a
+  forgotten or corrected event's phrases are no longer counted, and `restate_mentions`
+  derives a stream's mentions again as an in-order ingest of its events gives them.
 - causal links (cause -> effect; always a strictly earlier event of the same stream,
   so the causal graph stays acyclic by construction). A reason stated inside one turn
   cannot be an edge to itself, so a link joins the turn to the earlier turn the
@@ -35,14 +38,14 @@ into one `Proposal`:
 - supersession links (later -> earlier event): knowledge updates of the same speaker about
   the same attribute (``magma_torch.ingest.supersession``, rules in conf/supersession/).
 
-The proposer is stateful (names and lower-case words seen per stream, phrase counts,
+The proposer is stateful (names and lower-case words seen per stream, what each event counted,
 pending backfills) and `state_dict`/`load_state_dict` round-trip that state through JSON.
 """
 from __future__ import annotations
 
 import math
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -143,26 +146,35 @@ class _Parsed:
 
 
 class _Stream:
-    """Per-stream knowledge: speakers, names, words seen in lower case, phrase counts, pending phrases."""
+    """Per-stream knowledge: speakers, names, words seen in lower case, what each event counted,
+    phrase counts (derived from that), pending phrases."""
 
     def __init__(self):
         self.speakers: dict[str, str] = {}              # lowercased speaker name -> as written
         self.names: dict[str, str] = {}                 # person name key -> kind, for short forms
         self.lower: set[str] = set()                    # words written in lower case in this stream
-        self.counts: dict[str, int] = {}                # phrase key -> events containing it
+        # event id -> [its named mentions, its phrases], each [[key, kind, surface]]: what it counted
+        self.records: dict[int, list[list[list[str]]]] = {}
+        self.counts: dict[str, int] = {}                # phrase key -> recorded events containing it
         self.pending: dict[str, list[list]] = {}        # below-threshold key -> [[event id, kind, surface]]
 
     def to_json(self) -> dict:
         return {"speakers": self.speakers, "names": self.names, "lower": sorted(self.lower),
-                "counts": self.counts, "pending": self.pending}
+                "records": {str(k): v for k, v in self.records.items()}, "pending": self.pending}
 
     @classmethod
     def from_json(cls, d: dict) -> _Stream:
         s = cls()
         s.speakers, s.names, s.lower = dict(d["speakers"]), dict(d["names"]), set(d["lower"])
-        s.counts = dict(d["counts"])
+        s.records = {int(k): v for k, v in d.get("records", {}).items()}
+        # a state from before the records: its counts stand until a forget or update recounts them
+        s.counts = s.recount() if "records" in d else dict(d["counts"])
         s.pending = {k: [list(e) for e in v] for k, v in d["pending"].items()}
         return s
+
+    def recount(self) -> dict[str, int]:
+        """Phrase key -> the recorded events that counted it."""
+        return dict(Counter(key for _, phrases in self.records.values() for key, _, _ in phrases))
 
     def speaker_words(self) -> set[str]:
         return {w for s in self.speakers for w in s.split()}
@@ -330,27 +342,45 @@ class HeuristicConsolidator:
 
     def _entities(self, ev: EventView, doc, props: dict[int, Proposal]) -> list[EntityMention]:
         st = self._stream(ev.stream)
-        if ev.speaker and ev.speaker.strip():
-            sp = " ".join(ev.speaker.split())
+        if ev.id in st.records:
+            return []             # restated in its place already (``restate_mentions``): counted once
+        st.records[ev.id] = self._observed(st, ev.speaker, doc)
+        return self._allot(st, ev.id, *st.records[ev.id], props)
+
+    def _observed(self, st: _Stream, speaker: str | None, doc) -> list[list[list[str]]]:
+        """What an event (parsed ``doc``) counts: its named mentions (at most the cap) and its distinct
+        phrases (neither named nor a speaker), each [key, kind, surface]; the stream learns its
+        ``speaker``, names and lower-case words."""
+        if speaker and speaker.strip():
+            sp = " ".join(speaker.split())
             st.speakers.setdefault(sp.lower(), sp)
         for t in doc:
             if t.is_alpha and t.text.islower() and len(t.text) >= 3:
                 st.lower.add(t.text)
-        out: list[EntityMention] = []
+        named: list[list[str]] = []
         seen: set[str] = set()
         used: set[int] = set()
-        cap = self.max_entities_per_event
         for key, kind, surface in self._named(st, doc, used):
             st.names.setdefault(key, kind)
-            if key not in seen and len(out) < cap:
+            if key not in seen and len(named) < self.max_entities_per_event:
                 seen.add(key)
-                out.append(EntityMention(key, kind, surface))
-        ready: list[tuple[int, int, int, str, str, str]] = []
-        below: list[tuple[str, str, str]] = []
-        for pos, (key, kind, surface) in enumerate(self._phrases(st, doc, used)):
+                named.append([key, kind, surface])
+        phrases: list[list[str]] = []
+        for key, kind, surface in self._phrases(st, doc, used):
             if key in seen or st.is_speaker(key, short=False):
                 continue
             seen.add(key)
+            phrases.append([key, kind, surface])
+        return [named, phrases]
+
+    def _allot(self, st: _Stream, eid: int, named: list, phrases: list, props: dict[int, Proposal]) -> list[EntityMention]:
+        """Event ``eid``'s mentions, counting its phrases in: the named ones, then the phrases that
+        reached `min_phrase_count`, within the cap; the others wait (pending) while it has room."""
+        out = [EntityMention(*m) for m in named]
+        cap = self.max_entities_per_event
+        ready: list[tuple[int, int, int, str, str, str]] = []
+        below: list[tuple[str, str, str]] = []
+        for pos, (key, kind, surface) in enumerate(phrases):
             count = st.counts.get(key, 0) + 1
             st.counts[key] = count
             if count < self.min_phrase_count:
@@ -364,9 +394,9 @@ class HeuristicConsolidator:
             out.append(EntityMention(key, kind, surface))
         room = cap - len(out)
         if room > 0 and below:
-            self._room[ev.id] = room
+            self._room[eid] = room
             for key, kind, surface in below:
-                st.pending.setdefault(key, []).append([ev.id, kind, surface])
+                st.pending.setdefault(key, []).append([eid, kind, surface])
         return out
 
     def _release(self, st: _Stream, key: str, props: dict[int, Proposal]) -> None:
@@ -572,10 +602,11 @@ class HeuristicConsolidator:
 
     def forget(self, new_id: Sequence[int], gone: set[int], remaining: Mapping[str, Sequence]) -> None:
         """Events were renumbered (``new_id[old]``, -1: forgotten) and the text of the old ids
-        ``gone`` (forgotten or rewritten) is no longer stored: their pending phrases, free slots,
-        backfills and parses are dropped, and what the streams of ``remaining`` (each stream's
-        remaining events, with ``text`` and ``speaker``) knew only from that text: words, names,
-        phrase keys and speakers none of its remaining events contains."""
+        ``gone`` (forgotten or rewritten) is no longer stored: their records (so the phrase counts
+        are those of the remaining events), pending phrases, free slots, backfills and parses are
+        dropped, and what the streams of ``remaining`` (each stream's remaining events, with
+        ``text`` and ``speaker``) knew only from that text: words, names, pending phrase keys and
+        speakers none of its remaining events contains."""
         def moved(eid: int) -> int:
             return -1 if eid in gone else new_id[eid]
 
@@ -588,10 +619,12 @@ class HeuristicConsolidator:
             speakers = {" ".join(e.speaker.split()).lower() for e in events if e.speaker}
             st.lower &= words
             st.speakers = {k: v for k, v in st.speakers.items() if k in speakers}
-            for table in (st.names, st.counts, st.pending):
+            for table in (st.names, st.pending):
                 for key in [k for k in table if k not in text]:
                     del table[key]
         for st in self._streams.values():
+            st.records = {moved(e): r for e, r in st.records.items() if moved(e) >= 0}
+            st.counts = st.recount()
             for key, entries in list(st.pending.items()):
                 st.pending[key] = [[moved(e[0]), *e[1:]] for e in entries if moved(e[0]) >= 0]
         self._room = {moved(e): r for e, r in self._room.items() if moved(e) >= 0}
@@ -599,6 +632,33 @@ class HeuristicConsolidator:
         self._parsed = OrderedDict((moved(e), p) for e, p in self._parsed.items() if moved(e) >= 0)
         if self._updates is not None:
             self._updates.renumber(moved)
+
+    def restate_mentions(self, streams: Mapping[str, Sequence]) -> dict[int, list[EntityMention]] | None:
+        """The entity mentions of every event of each stream of ``streams`` (its events ``(id, event
+        with text and speaker)``, in time order, consolidated or still queued) as an in-order ingest
+        gives them, after an update, forget or backfill: the phrases are counted again, in that
+        order, from what each event recorded (an event with no record yet, queued, is parsed now and
+        recorded in its place, so its consolidation counts it no more). None with a
+        `min_phrase_count` of 1: then no event's mentions depend on another's."""
+        if self.min_phrase_count == 1:
+            return None
+        out: dict[int, list[EntityMention]] = {}
+        for stream, events in streams.items():
+            st = self._stream(stream)
+            fresh = [(i, e) for i, e in events if i not in st.records]
+            docs = dict(zip([i for i, _ in fresh], nlp.parse(e.text for _, e in fresh)))
+            ids = {i for i, _ in events}
+            st.counts, st.pending = {}, {}
+            self._room = {e: r for e, r in self._room.items() if e not in ids}
+            self._backfill = [(e, m) for e, m in self._backfill if e not in ids]   # written with the rest
+            props: dict[int, Proposal] = {}
+            for i, e in events:
+                if i in docs:
+                    st.records[i] = self._observed(st, e.speaker, docs[i])
+                props[i] = Proposal(i, [], [])
+                props[i].entities = self._allot(st, i, *st.records[i], props)
+            out.update((i, p.entities) for i, p in props.items())
+        return out
 
     def restate_facts(self, streams: Mapping[str, Sequence]) -> dict[int, list[SupersessionLink]]:
         """The facts of each stream of ``streams`` observed again from its events ``(id, event with

@@ -346,6 +346,8 @@ class SlowPathWorker:
             return f"confidence {link.confidence!r} not in (0, 1]"
         if cause == effect:
             return "self-loop"
+        if self.store.events.rows[cause].stream != self.store.events.rows[effect].stream:
+            return "cause and effect are in different streams"
         if time_order(self._view(cause)) > time_order(self._view(effect)):
             return "cause is later than effect"
         if g.has_causal(cause, effect):

@@ -21,6 +21,10 @@ Stable event ids (``events.ids``) and ``next_id`` are kept, so ids users hold st
 ``relinked(c, rel, rows, edges)`` replaces the ``rel`` edges out of some rows (the supersessions
 a lifecycle operation derives again for the streams it touched).
 
+``mentioned(c, rows, mentions, new, vectors)`` replaces the entity mentions of some rows (those a
+lifecycle operation derives again), adding the entities they name first and dropping those left
+with no mention.
+
 ``inserted(saved, rows, embeddings, ids, placed)`` is the same rebuild with events added at
 their places (``Placement``: the order of all rows, each new event's episode): the chain
 and the episodes are re-derived around them as around a gap, and episodes are numbered in
@@ -92,6 +96,39 @@ def relinked(c: Compacted, rel: str, rows: Collection[int], edges: Sequence[tupl
     counts = c.saved.state["counts"]
     counts = {**counts, "edges": {**counts["edges"], rel: int(out[f"graph.{rel}.src"].numel())}}
     return replace(c, saved=replace(c.saved, tensors=out, state={**c.saved.state, "counts": counts}))
+
+
+def mentioned(c: Compacted, rows: Collection[int], mentions: Sequence[tuple[int, object]], new: Sequence,
+              vectors: torch.Tensor | None) -> Compacted:
+    """``c`` with the entity mentions of ``rows`` replaced by ``mentions`` (row, mention with
+    ``name``); ``new`` (mentions with ``name``, ``kind``, ``surface``) are entities added for the
+    names not yet known, ``vectors`` their embeddings. An entity that had mentions and has none
+    left is dropped and named in ``Compacted.entities``."""
+    saved, t = c.saved, c.saved.tensors
+    names = [*saved.entities["names"], *(m.name for m in new)]
+    index = {name: i for i, name in enumerate(names)}
+    s, d, w = edges_of(t, "entity")
+    keep = ~torch.isin(s, torch.tensor(sorted(rows), dtype=torch.long))
+    src = torch.cat([s[keep], torch.tensor([r for r, _ in mentions], dtype=torch.long)])
+    dst = torch.cat([d[keep], torch.tensor([index[m.name] for _, m in mentions], dtype=torch.long)])
+    weight = torch.cat([w[keep], torch.ones(len(mentions), dtype=w.dtype)])
+    grown = {"names": names, "kinds": [*saved.entities["kinds"], *(m.kind for m in new)],
+             "surfaces": [*saved.entities["surfaces"], *(m.surface for m in new)]}
+    emb = t["entities.embeddings"]
+    if new:
+        emb = torch.cat([emb, vectors.detach().cpu().to(emb.dtype)])
+    had = torch.cat([torch.bincount(d, minlength=len(saved.entities["names"])), torch.ones(len(new), dtype=torch.long)])
+    kept = ~((had > 0) & (torch.bincount(dst, minlength=len(names)) == 0))
+    ent_row = torch.full((len(names),), -1, dtype=torch.long)
+    ent_row[kept] = torch.arange(int(kept.sum()))
+    idx = kept.nonzero().squeeze(1).tolist()
+    out = {**t, **_as_edges("entity", src, ent_row[dst], weight), "entities.embeddings": emb[kept]}
+    counts = {**saved.state["counts"], "entities": len(idx),
+              "edges": {**saved.state["counts"]["edges"], "entity": int(src.numel())}}
+    entities = {k: [v[i] for i in idx] for k, v in grown.items()}
+    gone = [names[i] for i in (~kept).nonzero().squeeze(1).tolist()]
+    restated = replace(saved, tensors=out, entities=entities, state={**saved.state, "counts": counts})
+    return replace(c, saved=restated, entities=[*c.entities, *gone])
 
 
 def _rebuilt(saved: SavedStore, order: Sequence[int], detach: Collection[int]) -> Compacted:
