@@ -119,6 +119,39 @@ def test_retrieval_compares_adapted_questions_and_the_intent_head_reads_raw_ones
         assert after.anchors[0].id != before.anchors[0].id    # the comparison with events read the reversed one
 
 
+class OtherModel:
+    """Another model's space: the bundled model's vectors, reversed and cut to 256 dimensions."""
+    model_path = "another-model"
+
+    def __init__(self, base: Embedder):
+        self.base, self.dim, self.device, self.max_seq_length = base, 256, base.device, base.max_seq_length
+
+    def encode(self, texts):
+        return torch.nn.functional.normalize(self.base.encode(texts)[:, :256].flip(1), dim=1)
+
+    def count_tokens(self, texts):
+        return self.base.count_tokens(texts)
+
+
+def test_with_another_embedder_the_intent_head_reads_the_model_it_was_trained_on(emb):
+    """embedder.model set to another model (another width here) crashed every retrieval in the
+    intent head; the head now embeds the questions with its own model, so the intents are the
+    default memory's."""
+    questions = ["Why did you adopt a puppy?", "When does the violin lesson start?", "Which instruments do you play?"]
+    cfg = {"slow_path": {"background": False}, "retrieval": {"question_adapter": None}}
+    with MagmaMemory(cfg, "none", device="cpu", embedder=emb) as plain, \
+            MagmaMemory(cfg, "none", device="cpu", embedder=OtherModel(emb)) as other:
+        assert plain.retriever.intent_embedder is emb and other.retriever.intent_embedder is not other.embedder
+        got = {}
+        for name, m in (("plain", plain), ("other", other)):
+            m.add_many([{"text": t, "timestamp": 1_700_000_000 + 60 * i} for i, t in enumerate(TURNS)])
+            got[name] = m.retrieve_batch(questions)
+    for a, b in zip(got["plain"], got["other"]):
+        assert a.intent == b.intent and a.intent_probs == pytest.approx(b.intent_probs, abs=1e-5)
+    assert [r.intent for r in got["other"]] == ["WHY", "WHEN", "ENTITY"]
+    assert got["other"][2].nodes       # and the other model's vectors rank the events
+
+
 def test_default_memory_uses_the_bundled_map_and_baselines_do_not(emb):
     with MagmaMemory(None, "none", device="cpu", embedder=emb) as m:
         assert m.retriever.adapter is not None and m.retriever.adapter.dim == 384

@@ -75,6 +75,21 @@ class IntentClassifier:
     def device(self) -> torch.device:
         return next(self.head.parameters()).device
 
+    def reads(self, embedder) -> bool:
+        """Whether the head can read ``embedder``'s question vectors: it was trained on the bundled
+        all-MiniLM-L6-v2's (query/train_intent.py), so another model's space, even of the same
+        width, means nothing to it. An embedder that names no model is taken by its width."""
+        from magma_torch.text.embedder import bundled_model_path   # lazy: sentence-transformers
+
+        model = getattr(embedder, "model_path", None)
+        return embedder.dim == self.meta["dim"] and (model is None or model == bundled_model_path())
+
+    def encoder(self, device: torch.device):
+        """The embedder the head was trained on (the bundled all-MiniLM-L6-v2), on ``device``."""
+        from magma_torch.text.embedder import Embedder
+
+        return Embedder(device=device)
+
     def rule_intents(self, questions: list[str]) -> list[int]:
         """Per question, the index of the first rule intent whose regex matches its text; -1 for none."""
         return [next((i for i, rx in self.rules if rx.search(q)), -1) for q in questions]

@@ -89,6 +89,10 @@ class Retrieval:
 class Retriever:
     def __init__(self, embedder: Embedder, intent: IntentClassifier | None, cfg: RetrievalConfig):
         self.embedder, self.intent, self.cfg = embedder, intent, cfg
+        # The head reads the vectors of the model it was trained on: with another embedder
+        # (embedder.model) it embeds the questions with that model of its own.
+        self.intent_embedder = embedder if intent is None or embedder is None or intent.reads(embedder) \
+            else intent.encoder(embedder.device)
         self.weights = relation_weights(cfg.intent_rows(INTENTS), INTENTS)
         self.dtype = getattr(torch, cfg.score_dtype)
         self.past = cfg.supersession.past_pattern()
@@ -99,10 +103,13 @@ class Retriever:
             self.adapter.check(embedder)
 
     def embed_questions(self, questions: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(raw, compared): the embedder's question vectors, which the intent head reads, and the
-        ones compared with events, through the question adapter when one is configured."""
-        raw = self.embedder.encode(questions).to(device)
-        return raw, raw if self.adapter is None else self.adapter(raw)
+        """(raw, compared): the question vectors the intent head reads (the embedder's own, or its
+        ``intent_embedder``'s), and the embedder's vectors compared with events, through the
+        question adapter when one is configured."""
+        vectors = self.embedder.encode(questions).to(device)
+        compared = vectors if self.adapter is None else self.adapter(vectors)
+        raw = vectors if self.intent_embedder is self.embedder else self.intent_embedder.encode(questions).to(device)
+        return raw, compared
 
     @torch.inference_mode()
     def retrieve_batch(self, snap: StoreSnapshot, questions: list[str], query_times: list[datetime | None],
