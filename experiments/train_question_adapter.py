@@ -83,6 +83,9 @@ def main() -> None:
     ap.add_argument("data", help="the LoCoMo dev split (locomo10_dev.json)")
     ap.add_argument("--out", type=Path, required=True, help="the cross-validation report (JSON)")
     ap.add_argument("--weights", type=Path, default=None, help="where to write the map fitted on every conversation")
+    ap.add_argument("--embedder", default=None, metavar="MODEL",
+                    help="a sentence-transformers model (path) in place of the bundled all-MiniLM-L6-v2: "
+                         "the memories, maps and re-ranker weights are then this model's")
     ap.add_argument("--memory", default="magma", help="the memory config whose query process is cross-validated")
     ap.add_argument("--ablations", nargs="*", default=list(ABLATIONS), metavar="MEMORY",
                     help="memory configs differing from --memory in retrieval only, cross-validated with the same maps")
@@ -96,7 +99,8 @@ def main() -> None:
     hyper = {"l2": args.l2, "temperature": args.temperature, "epochs": args.epochs, "lr": args.lr}
     mcfg = memory_config(args.memory)
     mcfg.retrieval.question_adapter = None      # the memories are built and ranked without a map; each fold adds its own
-    emb, intent = Embedder(device="cpu"), IntentClassifier.load(device="cpu")
+    mcfg.embedder.model = args.embedder
+    emb, intent = Embedder(args.embedder, device="cpu"), IntentClassifier.load(device="cpu")
     memories = dev_memories(mcfg, emb, load_dataset("locomo", args.data))
     rows = {s.sample_id: training_rows(emb, snap, s) for s, snap in memories}
     # the re-ranker's candidates and labels, as train_rerank.py reads them: no map, magma's settings
@@ -125,11 +129,13 @@ def main() -> None:
              for name, d in (("adapter", dense_held), ("none", dense_base))}
     out = {"command": "python experiments/train_question_adapter.py " + " ".join(
                str(a) for a in [args.data, "--out", args.out] + (["--weights", args.weights] if args.weights else [])
+               + (["--embedder", args.embedder] if args.embedder else [])
                + (["--memory", args.memory] if args.memory != "magma" else [])
                + (["--ablations", *args.ablations] if tuple(args.ablations) != ABLATIONS else [])
                + [f"--{k} {v}" for k, v in hyper.items()]
                + ([f"--rerank-C {args.rerank_C}"] if args.rerank_C != 1.0 else [])),
-           "data": Path(args.data).name, "memory": args.memory, "consolidation": "heuristic", "fit": hyper,
+           "data": Path(args.data).name, "embedder": Path(emb.model_path).name, "memory": args.memory,
+           "consolidation": "heuristic", "fit": hyper,
            "cross_validation": {"method": "leave one conversation out: the map and the re-ranker's weights "
                                           f"(C={args.rerank_C}) fitted on the other four; the held-out conversation's "
                                           "questions ranked by cosine alone (dense) and through the whole query "
@@ -142,8 +148,9 @@ def main() -> None:
                                          for name, r in runs.items()}))
     if args.weights:
         final = fit(list(rows.values()), **hyper)
-        QuestionAdapter(final, {"fit": hyper, "data": out["data"], "embedder": "all-MiniLM-L6-v2",
-                                "embedder_path": BUNDLED_EMBEDDER, "command": out["command"]}).save(args.weights)
+        QuestionAdapter(final, {"fit": hyper, "data": out["data"], "embedder": args.embedder or "all-MiniLM-L6-v2",
+                                "embedder_path": args.embedder or BUNDLED_EMBEDDER,
+                                "command": out["command"]}).save(args.weights)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ class IntentClassifier:
     def __init__(self, head: IntentHead, meta: dict):
         self.head = head.eval()
         self.meta = meta
+        self._encoders = {}   # device -> the model the head reads (``encoder``)
         self.rules = [(INTENTS.index(label), re.compile(rx, re.IGNORECASE))
                       for label, rx in (meta.get("rules") or {}).items()]
 
@@ -85,10 +86,14 @@ class IntentClassifier:
         return embedder.dim == self.meta["dim"] and (model is None or model == bundled_model_path())
 
     def encoder(self, device: torch.device):
-        """The embedder the head was trained on (the bundled all-MiniLM-L6-v2), on ``device``."""
+        """The embedder the head was trained on (the bundled all-MiniLM-L6-v2), on ``device``: one per
+        device, shared by the retrievers this classifier serves."""
         from magma_torch.text.embedder import Embedder
 
-        return Embedder(device=device)
+        key = str(device)
+        if key not in self._encoders:
+            self._encoders[key] = Embedder(device=device)
+        return self._encoders[key]
 
     def rule_intents(self, questions: list[str]) -> list[int]:
         """Per question, the index of the first rule intent whose regex matches its text; -1 for none."""
