@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from magma_torch import lifecycle
 from magma_torch.config.resolve import (ConfigError, consolidation_config, memory_config, settings, worker_settings,
                                         saved_memory_config as saved_config)
-from magma_torch.config.schema import ConsolidationConfig, MemoryConfig
+from magma_torch.config.schema import ConsolidationConfig, MemoryConfig, RetrievalConfig, problems
 from magma_torch.errors import MagmaError
 from magma_torch.events import StoredEvent, UnknownEventError
 from magma_torch.ingest import fast_path
@@ -285,6 +285,9 @@ class MagmaMemory:
         if len(times) != len(questions):
             raise QueryError(f"query_times has {len(times)} entries for {len(questions)} questions")
         times = [_query_time(t, i, len(questions)) for i, t in enumerate(times)]
+        problem = next(problems(RetrievalConfig, {"budget_tokens": budget_tokens}, "retrieve"), None)
+        if problem is not None:   # -3 gave a 14-token context of a header and "[cut]"; "x" a TypeError
+            raise QueryError(problem)
         return self.retriever.retrieve_batch(self.store.snapshot(), questions, times, budget_tokens)
 
     def answer(self, question: str, llm: LLM, query_time=None, max_tokens: int = 128,

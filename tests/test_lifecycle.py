@@ -325,6 +325,17 @@ def test_a_bad_question_batch_or_query_time_is_a_query_error_naming_it(emb):
             mem.retrieve_batch(["Where?", "When?"], ["2023-05-09", "garbage"])
 
 
+@pytest.mark.parametrize("budget, why", [(-3, "must be >= 1, got -3"), (0, "must be >= 1, got 0"),
+                                         ("x", "must be >= 1, got 'x'")])
+def test_a_bad_budget_is_a_query_error_naming_it(emb, budget, why):
+    # -3 and 0 gave a context of the episode header and "[cut]", "x" a TypeError from inside
+    with make_mem(emb) as mem:
+        mem.add("hello there", "2023-05-08 13:56")
+        with pytest.raises(QueryError, match=f"^retrieve.budget_tokens: {why}$"):
+            mem.retrieve("Where did she go?", budget_tokens=budget)
+        assert mem.retrieve("Where did she go?", budget_tokens=None).context_ids   # None: no cut
+
+
 def test_namespaces_lists_the_tenants(emb, tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         MagmaMemory.namespaces(tmp_path / "nowhere")
