@@ -10,6 +10,14 @@ and a forgotten id is never given out again.
 A backfill (``add(..., backfill=True)`` with events older than their stream's last one) is the
 same rebuild with the events inserted at their places (``backfill_rows``).
 
+Each changes what the later events of the streams it touches were consolidated with. A
+consolidator that restates its links itself (the heuristic: ``restate_facts``) derives them again
+during the rebuild. Any other (the LLM consolidator, whose answers depend on the neighbourhood each
+event was shown) has the touched streams' events from the first changed place on asked again: the
+rebuild drops what their consolidation wrote (``compact.cleared``) and they are queued again, in
+stream order, for the slow path (``_asked_again``); the LLM is never called inside the operation.
+Once the queue drains their links are those of an in-order ingest of the remaining events.
+
 The write-ahead-log records (``forget_record``, ``update_record``) name events by stable id,
 so a replay finds the same rows the original call found; a backfill's record
 (``PreparedBatch.to_record``) holds the ids it gives out.
@@ -117,23 +125,24 @@ def forget_rows(mem, rows: list[int]) -> Forgotten:
     ev = mem.store.events
     ids = tuple(sorted(ev.ids[r] for r in rows))
     streams = {ev.rows[r].stream for r in rows}
-    c = _rebuild(mem, rows, streams)
-    mem.worker.renumber(c.new_row)
+    c, again = _rebuild(mem, rows, streams)
+    mem.worker.renumber(c.new_row, requeue=again)
     return Forgotten(ids, tuple(c.entities), c.episodes)
 
 
 def update_row(mem, row: int, new: EventRow, embedding: torch.Tensor) -> int:
     """Give event ``row`` a revised row and embedding; its semantic, causal and entity edges are
     derived again (semantic now, the others by the slow path it is queued for again), and so are
-    the semantic edges of the later events whose nearest earlier events it may join or leave.
-    Returns its row (unchanged: an update keeps the event's place). Same locks as ``forget_rows``."""
+    the semantic edges of the later events whose nearest earlier events it may join or leave
+    (and, with a consolidator that does not restate its links, the consolidation of the later
+    events of its stream: ``_asked_again``). Returns its row (unchanged: an update keeps the event's place). Same locks as ``forget_rows``."""
     store = mem.store
     later = _nearer_or_linked(store.events.embeddings.data, store.graph.edges("semantic"), [row], [embedding],
                               mem.fast_cfg)
-    c = _rebuild(mem, [], {new.stream}, detach=[row], replaced={row: (new, embedding)}, unlinked=later)
+    c, again = _rebuild(mem, [], {new.stream}, detach=[row], replaced={row: (new, embedding)}, unlinked=later)
     for r in [row, *later]:   # each by itself: the rows need not be consecutive
         fast_path.link_semantic(store, [r], store.events.embeddings.data[r][None], mem.fast_cfg)
-    mem.worker.renumber(c.new_row, requeue=[row])
+    mem.worker.renumber(c.new_row, requeue=sorted({row, *again}))
     return row
 
 
@@ -160,8 +169,9 @@ def _nearer_or_linked(embeddings: torch.Tensor, semantic: tuple[torch.Tensor, ..
 def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
     """Insert the batch's events at their places in their streams (``ingest.backfill``), with fresh
     ids; each gets semantic edges to its nearest earlier events, the later events whose nearest
-    earlier events it joins get theirs again, and it is queued for consolidation.
-    Returns their rows, in batch order. Same locks as ``forget_rows``."""
+    earlier events it joins get theirs again, and it is queued for consolidation (with a
+    consolidator that does not restate its links, so are the later events of its stream:
+    ``_asked_again``). Returns their rows, in batch order. Same locks as ``forget_rows``."""
     store, n = mem.store, len(mem.store)
     ids = range(store.events.next_id, store.events.next_id + len(batch.rows))
     saved, tokens = _captured(mem)
@@ -175,18 +185,24 @@ def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
                               list(batch.embeddings), mem.fast_cfg)
     c = compact.relinked(c, "semantic", later, [])
     tokens += store.keyword_index.tokenize([fast_path.embed_text(r, mem.fast_cfg) for r in batch.rows])
-    _apply(mem, c, tokens, set(), {r.stream for r in batch.rows})
+    firsts: dict[str, int] = {}
+    for r, j in sorted(zip(rows, batch.rows)):
+        firsts.setdefault(j.stream, r)
+    again = _asked_again(mem, c, firsts)
+    _apply(mem, c, tokens, set(), {r.stream for r in batch.rows}, again)
     for r in sorted([*rows, *later]):   # each by itself: the rows need not be consecutive
         fast_path.link_semantic(store, [r], store.events.embeddings.data[r][None], mem.fast_cfg)
-    mem.worker.renumber(c.new_row, requeue=sorted(rows))
+    mem.worker.renumber(c.new_row, requeue=sorted({*rows, *again}))
     return rows
 
 
 def _rebuild(mem, drop: list[int], streams: set[str], detach: Iterable[int] = (),
              replaced: dict[int, tuple[EventRow, torch.Tensor]] | None = None,
-             unlinked: Iterable[int] = ()) -> compact.Compacted:
+             unlinked: Iterable[int] = ()) -> tuple[compact.Compacted, list[int]]:
     """The store without rows ``drop``, with rows ``replaced`` and without the semantic edges out of
-    rows ``unlinked`` (to be linked again), swapped in (``_apply``)."""
+    rows ``unlinked`` (to be linked again), swapped in (``_apply``); and the rows (rebuilt numbering)
+    to be consolidated again from the first dropped or replaced place of each stream on
+    (``_asked_again``)."""
     store = mem.store
     saved, tokens = _captured(mem)
     t = saved.tensors
@@ -197,16 +213,42 @@ def _rebuild(mem, drop: list[int], streams: set[str], detach: Iterable[int] = ()
         t["events.date_spans"][row] = torch.tensor(date_span(new), dtype=torch.float64)
         tokens[row] = store.keyword_index.tokenize([fast_path.embed_text(new, mem.fast_cfg)])[0]
     c = compact.relinked(compact.without(saved, drop, detach), "semantic", unlinked, [])
-    return _apply(mem, c, tokens, set(drop) | set(replaced or ()), streams)
+    changed: dict[str, int] = {}            # each stream's first changed place: the rows in order
+    for i in sorted({*drop, *(replaced or ())}):
+        changed.setdefault(saved.events[i].stream, i)
+    firsts: dict[str, int] = {}             # ... and the first row there on that remains, renumbered
+    for i, r in enumerate(saved.events):
+        if r.stream in changed and i >= changed[r.stream] and c.new_row[i] >= 0:
+            firsts.setdefault(r.stream, c.new_row[i])
+    again = _asked_again(mem, c, firsts)
+    return _apply(mem, c, tokens, set(drop) | set(replaced or ()), streams, again), again
 
 
-def _apply(mem, c: compact.Compacted, tokens: list[list[str]], gone: set[int], streams: set[str]) -> compact.Compacted:
+def _apply(mem, c: compact.Compacted, tokens: list[list[str]], gone: set[int], streams: set[str],
+           again: list[int] = ()) -> compact.Compacted:
     """Tell the consolidator what changed, derive the supersessions and entity mentions of ``streams``
-    again and swap the rebuilt store in; returns the capture adopted."""
+    again, drop what the consolidation of rows ``again`` wrote (they are queued again) and swap the
+    rebuilt store in; returns the capture adopted."""
     _tell_consolidator(mem, c, gone, streams if gone else set())   # a backfill removes no text
-    c = _mentions_restated(mem, _restated(mem, c, streams), streams)
+    c = compact.cleared(_mentions_restated(mem, _restated(mem, c, streams), streams), again)
     _adopt(mem, c, tokens)
     return c
+
+
+def _asked_again(mem, c: compact.Compacted, firsts: dict[str, int]) -> list[int]:
+    """The rows (``c``'s numbering) to be consolidated again: with a consolidator that does not
+    restate its links itself (no ``restate_facts``: the LLM consolidator), every event of each
+    stream of ``firsts`` from its row there on, consolidated or not, in stream order; none with
+    the heuristic (``_restated``) or without a consolidator.
+
+    The whole rest of the stream, not only the events that held a link to a changed one: an
+    event's answer depends on the neighbourhood it was shown (its temporal predecessor, the
+    neighbours a forgotten event's slot leaves room for, the entity and causal edges earlier
+    events' answers made), and those earlier answers change as they are asked again in turn.
+    Prompts that come out the same are served by ``consolidation.cache`` when it is set."""
+    if mem.consolidator is None or getattr(mem.consolidator, "restate_facts", None) is not None:
+        return []
+    return [j for j, r in enumerate(c.saved.events) if r.stream in firsts and j >= firsts[r.stream]]
 
 
 def _captured(mem) -> tuple[persistence.SavedStore, list[list[str]]]:

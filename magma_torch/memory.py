@@ -233,7 +233,8 @@ class MagmaMemory:
     def update(self, event_id: int, text: str | None = None, timestamp=None) -> StoredEvent:
         """Correct an event's ``text`` and/or ``timestamp``; it keeps its id. It is embedded again,
         its semantic edges are derived again, its entity and causal edges dropped and the event
-        queued for consolidation again; its episode's embedding and keyword document follow.
+        queued for consolidation again (with the LLM consolidator, so are the later events of its
+        stream: ``lifecycle._asked_again``); its episode's embedding and keyword document follow.
         Validated as ``add`` validates (``IngestError``: empty text, a time past the future
         horizon, or one that would break its stream's order: an update keeps the event's place,
         between its stream's previous and next event). Durable like ``add``."""

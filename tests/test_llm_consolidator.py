@@ -8,6 +8,7 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from test_supersession import RESIDENCES   # the turns of the heuristic's lifecycle test
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
@@ -15,7 +16,7 @@ from magma_torch.eval.runner import Terminated, _consolidation_usage
 from magma_torch.ingest.consolidator import EventView
 from magma_torch.ingest.llm_consolidator import LLMConsolidator, normalise_name, shown_events, shown_speaker
 from magma_torch.llm.base import Generation, Usage
-from magma_torch.testing import is_acyclic, unavailable, with_package
+from magma_torch.testing import abandon, is_acyclic, unavailable, with_package
 from magma_torch.text.embedder import Embedder
 
 WAIT = 60
@@ -562,6 +563,81 @@ def test_supersession_links_are_validated_capped_and_stored(emb):
         mem.check()
     finally:
         mem.close()
+
+
+_RESIDENCE = re.compile(r"^I (?:live in|moved to) (\w+)")
+
+
+def latest_residence(refs):
+    """A residence n0 states supersedes the latest one its prompt shows: the answer depends on the
+    neighbourhood, so an event whose neighbourhood a lifecycle operation changed must be asked again."""
+    said = _RESIDENCE.match(refs["n0"])
+    if said is None:
+        return {"causal": [], "entities": [], "supersedes": []}
+    shown = [r for r, text in refs.items() if r != "n0" and _RESIDENCE.match(text)]
+    latest = max(shown, key=lambda r: int(r[1:]), default=None)
+    return {"causal": [], "entities": [{"name": said.group(1), "kind": "place"}],
+            "supersedes": [] if latest is None else [{"earlier": latest, "confidence": 0.9}]}
+
+
+def llm_links(mem) -> tuple[set, set]:
+    """(later text, earlier text) of each supersedes edge; (text, entity) of each mention."""
+    rows, names = mem.store.events.rows, mem.store.entities.names
+    s, d, _ = mem.store.graph.edges("supersedes")
+    es, en, _ = mem.store.graph.edges("entity")
+    return ({(rows[a].text, rows[b].text) for a, b in zip(s.tolist(), d.tolist())},
+            {(rows[a].text, names[b]) for a, b in zip(es.tolist(), en.tolist())})
+
+
+def llm_in_order(emb, turns) -> tuple[set, set]:
+    """The links of a fresh memory given ``turns`` (text, timestamp) of Ann in time order."""
+    with make_mem(emb, FakeLLM(latest_residence)) as mem:
+        mem.add_many([{"text": t, "timestamp": ts, "speaker": "Ann"} for t, ts in sorted(turns, key=lambda x: x[1])])
+        mem.consolidate()
+        return llm_links(mem)
+
+
+@pytest.mark.parametrize("op", ["update", "forget", "backfill"])
+def test_after_a_lifecycle_operation_the_llm_supersessions_are_those_of_an_in_order_ingest(emb, tmp_path, op):
+    """An update, forget or backfill changes the neighbourhoods (and the temporal predecessor) the
+    later events of the stream were asked with: they are asked again on the slow path, so once the
+    queue drains the supersedes edges and mentions are those of a fresh memory given the remaining
+    events in time order, with the same answers; before and after a later add, and after a crash
+    and log replay."""
+    cfg = load_group("memory", "magma")
+    cfg.slow_path.background = False
+    boston, denver, paris, london = RESIDENCES
+    llm = FakeLLM(latest_residence)
+    mem = MagmaMemory(cfg, load_group("consolidation", "llm"), device="cpu", embedder=emb, llm=llm,
+                      store_dir=tmp_path, durable=True)
+    ids = [mem.add(t, ts, speaker="Ann") for t, ts in ((boston, paris) if op == "backfill" else (boston, denver, paris))]
+    mem.consolidate()
+    asked = len(llm.prompts)
+    if op == "update":
+        mem.update(ids[1], text="I work at the bakery.")
+        turns = [boston, ("I work at the bakery.", denver[1]), paris]
+    elif op == "forget":
+        mem.forget(ids=[ids[1]])
+        turns = [boston, paris]
+    else:
+        mem.add(*denver, speaker="Ann", backfill=True)
+        turns = [boston, denver, paris]
+    assert len(llm.prompts) == asked          # asked on the slow path, never inside the operation
+    # Queued again: the stream's events from the changed place on (Paris; Denver, Paris), not Boston.
+    assert mem.worker.pending() == (1 if op == "forget" else 2)
+    mem.consolidate()
+    assert llm_links(mem) == llm_in_order(emb, turns)
+    mem.add(*london, speaker="Ann")
+    mem.worker.drain()
+    want = llm_links(mem)
+    assert want == llm_in_order(emb, turns + [london])
+    mem.check()
+    abandon(mem)
+    with MagmaMemory(cfg, store_dir=tmp_path, durable=True, embedder=emb, device="cpu",
+                     llm=FakeLLM(latest_residence)) as back:
+        back.consolidate()
+        assert llm_links(back) == want
+        back.check()
 
 
 def test_prompt_v1_asks_for_no_updates(emb):

@@ -25,6 +25,9 @@ a lifecycle operation derives again for the streams it touched).
 lifecycle operation derives again), adding the entities they name first and dropping those left
 with no mention.
 
+``cleared(c, rows)`` drops what the consolidation of some rows wrote (their causal and supersedes
+edges and entity mentions), for those rows to be consolidated again.
+
 ``inserted(saved, rows, embeddings, ids, placed)`` is the same rebuild with events added at
 their places (``Placement``: the order of all rows, each new event's episode): the chain
 and the episodes are re-derived around them as around a gap, and episodes are numbered in
@@ -129,6 +132,26 @@ def mentioned(c: Compacted, rows: Collection[int], mentions: Sequence[tuple[int,
     gone = [names[i] for i in (~kept).nonzero().squeeze(1).tolist()]
     restated = replace(saved, tensors=out, entities=entities, state={**saved.state, "counts": counts})
     return replace(c, saved=restated, entities=[*c.entities, *gone])
+
+
+def cleared(c: Compacted, rows: Collection[int]) -> Compacted:
+    """``c`` without the causal and supersedes edges touching ``rows`` (either end) and without their
+    entity mentions: what their consolidation wrote, for rows that are to be consolidated again.
+    An entity left with no mention goes, but is not named in ``Compacted.entities`` (nothing was
+    forgotten: consolidation that names it again makes it again)."""
+    if not rows:
+        return c
+    t, out = c.saved.tensors, {}
+    picked = torch.tensor(sorted(rows), dtype=torch.long)
+    for rel in ("causal", "supersedes"):
+        s, d, w = edges_of(t, rel)
+        keep = ~(torch.isin(s, picked) | torch.isin(d, picked))
+        out.update(_as_edges(rel, s[keep], d[keep], w[keep]))
+    counts = c.saved.state["counts"]
+    counts = {**counts, "edges": {**counts["edges"], **{rel: int(out[f"graph.{rel}.src"].numel())
+                                                        for rel in ("causal", "supersedes")}}}
+    unlinked = replace(c, saved=replace(c.saved, tensors={**t, **out}, state={**c.saved.state, "counts": counts}))
+    return replace(mentioned(unlinked, rows, [], [], None), entities=c.entities)
 
 
 def _rebuilt(saved: SavedStore, order: Sequence[int], detach: Collection[int]) -> Compacted:
