@@ -135,7 +135,8 @@ def update_row(mem, row: int, new: EventRow, embedding: torch.Tensor) -> int:
     derived again (semantic now, the others by the slow path it is queued for again), and so are
     the semantic edges of the later events whose nearest earlier events it may join or leave
     (and, with a consolidator that does not restate its links, the consolidation of the later
-    events of its stream: ``_asked_again``). Returns its row (unchanged: an update keeps the event's place). Same locks as ``forget_rows``."""
+    events of its stream: ``_asked_again``). Returns its row (unchanged: an update keeps the
+    event's place). Same locks as ``forget_rows``."""
     store = mem.store
     later = _nearer_or_linked(store.events.embeddings.data, store.graph.edges("semantic"), [row], [embedding],
                               mem.fast_cfg)

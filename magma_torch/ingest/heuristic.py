@@ -373,7 +373,8 @@ class HeuristicConsolidator:
             phrases.append([key, kind, surface])
         return [named, phrases]
 
-    def _allot(self, st: _Stream, eid: int, named: list, phrases: list, props: dict[int, Proposal]) -> list[EntityMention]:
+    def _allot(self, st: _Stream, eid: int, named: list, phrases: list,
+               props: dict[int, Proposal]) -> list[EntityMention]:
         """Event ``eid``'s mentions, counting its phrases in: the named ones, then the phrases that
         reached `min_phrase_count`, within the cap; the others wait (pending) while it has room."""
         out = [EntityMention(*m) for m in named]

