@@ -414,7 +414,6 @@ class RetrievalConfig(Checked):
 
 # ---- the memory ----
 SCAN_DTYPES = ("auto", "float32", "float16", "bfloat16")   # the copy small query batches read (store/store.py)
-VECTOR_BACKENDS = ("auto", "faiss", "torch")                 # store/vector_index.py
 
 
 @dataclass
@@ -430,7 +429,7 @@ class MemoryConfig(Checked):
     name: str = "magma"
     device: str = "auto"              # cuda when present
     # faiss when installed, else exact torch matmul + topk
-    vector_backend: str = setting("auto", OneOf(VECTOR_BACKENDS))
+    vector_backend: str = setting("auto", OneOf(("auto", "faiss", "torch")))
     # Store each event's cosine with its 1..chain_span chain predecessors: context views of up to 2 hops
     # (retrieval.context.hops) read their norms from it, wider ones gather rows.
     chain_span: int = setting(4, at_least(0))

@@ -10,7 +10,7 @@ import threading
 
 import torch
 
-from magma_torch.config.schema import VECTOR_BACKENDS, ConfigError, OneOf
+from magma_torch.config.schema import MemoryConfig, check
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,7 @@ class VectorIndex:
     """
 
     def __init__(self, dim: int, device: torch.device | str = "cpu", backend: str = "auto"):
-        problem = OneOf(VECTOR_BACKENDS).problem(backend)
-        if problem is not None:   # "faise" would fall back to torch in silence
-            raise ConfigError(f"VectorIndex backend {problem}")
+        check(MemoryConfig, {"vector_backend": backend}, "VectorIndex")   # "faise" fell back to torch in silence
         self.dim = dim
         self.device = torch.device(device)
         faiss = _import_faiss() if backend in ("auto", "faiss") else None
