@@ -342,7 +342,8 @@ class MagmaMemory:
     def save(self, path: str | os.PathLike) -> None:
         """Write the memory to folder ``path``: store, configs, slow-path queue and
         consolidator state (format: ``magma_torch.store.persistence``). Atomic: an
-        earlier save at ``path`` is replaced only once the new one is on disk."""
+        earlier save at ``path`` is replaced only once the new one is on disk; anything else at
+        ``path`` is left and the save refused (``SaveWouldOverwriteError``, a FileExistsError)."""
         persistence.write_save(path, self._encode())
 
     def _encode(self, wal_seq: int = 0) -> dict[str, bytes]:
@@ -433,7 +434,8 @@ class MagmaMemory:
         worker as usual. With ``read_only`` it is a view to read as ``open_readonly`` gives one:
         no consolidator or LLM is built (a memory an LLM consolidated opens without one), its
         pending events stay pending, and the calls that change it raise ``ReadOnlyError``.
-        Raises ``CorruptSaveError`` naming a missing or damaged file."""
+        Raises ``CorruptSaveError`` naming a missing or damaged file, ``SaveNotFoundError`` (a
+        FileNotFoundError) when there is no folder at ``path``."""
         saved = persistence.read_save(path)
         if read_only:
             return cls._read_only_view(saved, Path(path), saved.state["namespace"], embedder=embedder, device=device,
