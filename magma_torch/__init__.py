@@ -17,7 +17,7 @@ _LAZY = {
     "NamespaceNotEmptyError": "store.durable", "StoreInUseError": "store.durable",
     "StoreMismatchError": "store.durable", "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable",
     "LLMUnavailable": "llm.base", "LLMInterfaceError": "llm.base", "UnknownPromptError": "llm.prompts",
-    "OutputError": "llm.schema", "ModelError": "llm.models",
+    "UnknownDateStyleError": "llm.answer_format", "OutputError": "llm.schema", "ModelError": "llm.models",
     "ExplainError": "explain.cli", "ScreenshotError": "explain.screenshot",
     "DatasetError": "eval.datasets.base", "ConfigError": "config.schema", "CompareError": "eval.compare",
     "RunFolderError": "eval.run_folder", "AggregateError": "eval.aggregate", "OverrideError": "eval.overrides",

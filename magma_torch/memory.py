@@ -20,7 +20,7 @@ from magma_torch.events import StoredEvent, UnknownEventError
 from magma_torch.ingest import fast_path
 from magma_torch.ingest.episodes import assign_episodes
 from magma_torch.ingest.worker import SlowPathWorker
-from magma_torch.llm.answer_format import format_answer
+from magma_torch.llm.answer_format import check_date_style, format_answer
 from magma_torch.llm.base import LLM
 from magma_torch.llm.prompts import DEFAULT_ANSWER_PROMPT, answer_prompt, check_answer_prompt
 from magma_torch.query.intent import IntentClassifier
@@ -295,11 +295,12 @@ class MagmaMemory:
                dates: str = "words", prompt: str = DEFAULT_ANSWER_PROMPT) -> tuple[str, Retrieval]:
         """Retrieve for ``question`` and let ``llm`` answer from the context with the prompt of
         the predicted intent. Returns (answer text, retrieval), the answer's ISO dates written in
-        the style ``dates`` (``magma_torch.llm.answer_format``: "words" or "as_written"); raises
-        ``AnswerError`` (a RuntimeError) when the generation failed. ``prompt`` is the answer
+        the style ``dates`` (``magma_torch.llm.answer_format``: "words" or "as_written", else
+        ``UnknownDateStyleError``, a ValueError); raises ``AnswerError`` (a RuntimeError) when the
+        generation failed. ``prompt`` is the answer
         prompt's version (``magma_torch.llm.prompts.ANSWER_PROMPTS``)."""
         check_answer_prompt(prompt)
-        format_answer("", dates)
+        check_date_style(dates)
         r = self.retrieve(question, query_time)
         t = None if query_time is None else parse_timestamp(query_time)
         g = llm.generate([answer_prompt(question, r.context, r.intent, t, prompt)], max_tokens=max_tokens,

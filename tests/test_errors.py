@@ -23,7 +23,7 @@ BUILTIN_BASE = {
     "DatasetError": ValueError, "ConfigError": ValueError, "CompareError": ValueError, "RunFolderError": ValueError,
     "AggregateError": ValueError, "OverrideError": ValueError, "TrackerError": RuntimeError,
     "ForgetError": ValueError, "SaveNotFoundError": FileNotFoundError, "SaveWouldOverwriteError": FileExistsError,
-    "LiveReadTimeoutError": TimeoutError,
+    "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError,
 }
 
 
@@ -125,3 +125,15 @@ def test_open_readonly_while_every_read_meets_a_new_checkpoint_is_a_magma_error_
                                            f"during each of {live_read.ATTEMPTS} reads; try again$") as err:
         MagmaMemory.open_readonly(tmp_path, "busy")
     refused(err.value, "LiveReadTimeoutError", TimeoutError)
+
+
+def test_answer_with_an_unknown_date_style_is_a_magma_error_and_a_value_error(emb):
+    class Never:
+        def generate(self, prompts, **kw):
+            raise AssertionError("the reader ran")
+    with MagmaMemory(consolidation="none", embedder=emb, device="cpu") as mem:
+        mem.add("Dana went hiking.", "2023-06-05 10:00", speaker="Dana")
+        with pytest.raises(ValueError, match=r"^unknown answer date style 'bad' \(dates, task\.answer_dates; "
+                                             r"known: words, as_written\)$") as err:
+            mem.answer("Where did Dana go?", Never(), dates="bad")
+    refused(err.value, "UnknownDateStyleError", ValueError)
