@@ -162,7 +162,8 @@ def write_save(path: str | os.PathLike, files: dict[str, bytes]) -> None:
 
 def _check_replaceable(path: Path) -> None:
     if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / MANIFEST).is_file())):
-        raise SaveWouldOverwriteError(f"{path}: exists and is not a save folder (no {MANIFEST}); refusing to replace it")
+        raise SaveWouldOverwriteError(f"{path}: exists and is not a save folder (no {MANIFEST}); "
+                                      "refusing to replace it")
 
 
 def _move_into_place(tmp: Path, path: Path) -> None:
