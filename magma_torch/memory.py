@@ -20,7 +20,7 @@ from magma_torch.events import StoredEvent, UnknownEventError
 from magma_torch.ingest import fast_path
 from magma_torch.ingest.episodes import assign_episodes
 from magma_torch.ingest.worker import SlowPathWorker
-from magma_torch.llm.answer_format import format_answer
+from magma_torch.llm.answer_format import check_date_style, format_answer
 from magma_torch.llm.base import LLM
 from magma_torch.llm.prompts import DEFAULT_ANSWER_PROMPT, answer_prompt, check_answer_prompt
 from magma_torch.query.intent import IntentClassifier
@@ -295,11 +295,12 @@ class MagmaMemory:
                dates: str = "words", prompt: str = DEFAULT_ANSWER_PROMPT) -> tuple[str, Retrieval]:
         """Retrieve for ``question`` and let ``llm`` answer from the context with the prompt of
         the predicted intent. Returns (answer text, retrieval), the answer's ISO dates written in
-        the style ``dates`` (``magma_torch.llm.answer_format``: "words" or "as_written"); raises
-        ``AnswerError`` (a RuntimeError) when the generation failed. ``prompt`` is the answer
+        the style ``dates`` (``magma_torch.llm.answer_format``: "words" or "as_written", else
+        ``UnknownDateStyleError``, a ValueError); raises ``AnswerError`` (a RuntimeError) when the
+        generation failed. ``prompt`` is the answer
         prompt's version (``magma_torch.llm.prompts.ANSWER_PROMPTS``)."""
         check_answer_prompt(prompt)
-        format_answer("", dates)
+        check_date_style(dates)
         r = self.retrieve(question, query_time)
         t = None if query_time is None else parse_timestamp(query_time)
         g = llm.generate([answer_prompt(question, r.context, r.intent, t, prompt)], max_tokens=max_tokens,
@@ -342,7 +343,8 @@ class MagmaMemory:
     def save(self, path: str | os.PathLike) -> None:
         """Write the memory to folder ``path``: store, configs, slow-path queue and
         consolidator state (format: ``magma_torch.store.persistence``). Atomic: an
-        earlier save at ``path`` is replaced only once the new one is on disk."""
+        earlier save at ``path`` is replaced only once the new one is on disk; anything else at
+        ``path`` is left and the save refused (``SaveWouldOverwriteError``, a FileExistsError)."""
         persistence.write_save(path, self._encode())
 
     def _encode(self, wal_seq: int = 0) -> dict[str, bytes]:
@@ -433,7 +435,8 @@ class MagmaMemory:
         worker as usual. With ``read_only`` it is a view to read as ``open_readonly`` gives one:
         no consolidator or LLM is built (a memory an LLM consolidated opens without one), its
         pending events stay pending, and the calls that change it raise ``ReadOnlyError``.
-        Raises ``CorruptSaveError`` naming a missing or damaged file."""
+        Raises ``CorruptSaveError`` naming a missing or damaged file, ``SaveNotFoundError`` (a
+        FileNotFoundError) when there is no folder at ``path``."""
         saved = persistence.read_save(path)
         if read_only:
             return cls._read_only_view(saved, Path(path), saved.state["namespace"], embedder=embedder, device=device,

@@ -44,7 +44,7 @@ def test_an_unknown_date_style_fails_before_the_reader_runs():
     class Never:
         def generate(self, prompts, **kw):
             raise AssertionError("the reader ran")
-    with pytest.raises(ValueError, match=r"task.answer_dates='iso'"):
+    with pytest.raises(ValueError, match=r"unknown answer date style 'iso' \(dates, task\.answer_dates; known: "):
         answer_questions([R()], [Question("s/q0", "When?", "x", (), "temporal", None)], Never(), dates="iso")
     assert format_answer("2023-05-07", "as_written") == "2023-05-07"
 

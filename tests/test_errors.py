@@ -1,20 +1,29 @@
 """Every public error is a MagmaError and keeps its builtin base, so a caller may catch either."""
+import re
+
 import pytest
 
 import magma_torch
 from magma_torch import MagmaError, MagmaMemory
+from magma_torch.text.embedder import Embedder
+
+
+@pytest.fixture(scope="module")
+def emb():
+    return Embedder(device="cpu")
 
 BUILTIN_BASE = {
     "IngestError": ValueError, "QueryError": ValueError, "AnswerError": RuntimeError, "UnknownEventError": KeyError,
     "IntegrityError": RuntimeError, "MissingNLPModel": ImportError, "CorruptSaveError": ValueError,
     "NamespaceError": ValueError, "UnknownNamespaceError": FileNotFoundError,
     "NamespaceNotEmptyError": FileExistsError, "StoreInUseError": RuntimeError, "StoreMismatchError": ValueError,
-    "ReadOnlyError": RuntimeError, "NoStoreDirError": ValueError, "LLMUnavailable": RuntimeError, "LLMInterfaceError": RuntimeError,
-    "UnknownPromptError": ValueError,
+    "ReadOnlyError": RuntimeError, "NoStoreDirError": ValueError, "LLMUnavailable": RuntimeError,
+    "LLMInterfaceError": RuntimeError, "UnknownPromptError": ValueError,
     "OutputError": ValueError, "ModelError": RuntimeError, "ExplainError": ValueError, "ScreenshotError": RuntimeError,
     "DatasetError": ValueError, "ConfigError": ValueError, "CompareError": ValueError, "RunFolderError": ValueError,
     "AggregateError": ValueError, "OverrideError": ValueError, "TrackerError": RuntimeError,
-    "ForgetError": ValueError,
+    "ForgetError": ValueError, "SaveNotFoundError": FileNotFoundError, "SaveWouldOverwriteError": FileExistsError,
+    "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError,
 }
 
 
@@ -49,11 +58,9 @@ def test_the_facades_bad_input_raises_its_specific_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_forget_update_and_open_readonly_refusals_are_magma_errors(tmp_path):
+def test_forget_update_and_open_readonly_refusals_are_magma_errors(emb, tmp_path):
     # README's `except MagmaError` is to catch these too: each refusal of the Python API names what to fix
-    from magma_torch.text.embedder import Embedder
-
-    mem = MagmaMemory(consolidation="none", embedder=Embedder(device="cpu"), device="cpu")
+    mem = MagmaMemory(consolidation="none", embedder=emb, device="cpu")
     first = mem.add("Dana went hiking.", "2023-06-05 10:00", speaker="Dana")
     for bad, named in (({}, "needs ids"), ({"speaker": "Bob"}, "'Bob'"), ({"entity": "violin"}, "'violin'"),
                        ({"entity": 3}, "entity must be a name"), ({"before": "not a date"}, "before: cannot parse")):
@@ -66,3 +73,67 @@ def test_forget_update_and_open_readonly_refusals_are_magma_errors(tmp_path):
     with pytest.raises(magma_torch.UnknownNamespaceError, match="no namespace 'nobody'") as err:
         MagmaMemory.open_readonly(tmp_path, "nobody")   # the memory is named, as forget_namespace names it
     assert isinstance(err.value, FileNotFoundError)
+
+
+
+def refused(err: Exception, error: str, builtin: type) -> None:
+    """A refusal that is both the MagmaError ``error`` and ``builtin`` (an ``except FileNotFoundError``
+    caller keeps working), in one line."""
+    assert isinstance(err, MagmaError) and isinstance(err, builtin) and type(err) is getattr(magma_torch, error)
+    assert "\n" not in str(err)
+
+
+def test_load_of_a_missing_folder_is_a_magma_error_and_a_file_not_found_error(tmp_path):
+    missing = tmp_path / "missing-folder"
+    with pytest.raises(FileNotFoundError, match=f"^{re.escape(str(missing))}: no such save folder$") as err:
+        MagmaMemory.load(missing)
+    refused(err.value, "SaveNotFoundError", FileNotFoundError)
+
+
+def test_save_over_a_folder_that_is_not_a_save_is_a_magma_error_and_a_file_exists_error(emb, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with MagmaMemory(consolidation="none", embedder=emb, device="cpu") as mem:
+        with pytest.raises(FileExistsError, match=f"^{re.escape(str(mine))}: exists and is not a save folder") as err:
+            mem.save(mine)
+    refused(err.value, "SaveWouldOverwriteError", FileExistsError)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"] and (mine / "notes.txt").read_text() == "keep me"
+
+
+def test_a_live_read_of_a_folder_without_a_checkpoint_is_a_magma_error_and_a_file_not_found_error(tmp_path):
+    from magma_torch.store import live_read
+
+    folder = tmp_path / "not-a-memory"
+    with pytest.raises(FileNotFoundError, match=f"^{re.escape(str(folder))}: no checkpoint/ "
+                                                r"\(not the folder of a persistent memory\)$") as err:
+        live_read.read_checkpoint_and_log(folder / "checkpoint", folder / "wal.jsonl")
+    refused(err.value, "SaveNotFoundError", FileNotFoundError)
+    with pytest.raises(magma_torch.UnknownNamespaceError, match="no namespace 'not-a-memory'"):
+        MagmaMemory.open_readonly(tmp_path, "not-a-memory")      # open_readonly names the namespace, as before
+
+
+def test_open_readonly_while_every_read_meets_a_new_checkpoint_is_a_magma_error_and_a_timeout_error(
+        tmp_path, monkeypatch):
+    from magma_torch.store import live_read
+
+    manifests = iter(range(1000))     # the writer checkpoints during every read: the manifest never holds still
+    monkeypatch.setattr(live_read, "_manifest", lambda checkpoint: str(next(manifests)).encode())
+    monkeypatch.setattr(live_read, "FIRST_WAIT_S", 0.0)
+    busy = tmp_path / "busy"
+    with pytest.raises(TimeoutError, match=f"^{re.escape(str(busy))}: its writer put a new checkpoint in place "
+                                           f"during each of {live_read.ATTEMPTS} reads; try again$") as err:
+        MagmaMemory.open_readonly(tmp_path, "busy")
+    refused(err.value, "LiveReadTimeoutError", TimeoutError)
+
+
+def test_answer_with_an_unknown_date_style_is_a_magma_error_and_a_value_error(emb):
+    class Never:
+        def generate(self, prompts, **kw):
+            raise AssertionError("the reader ran")
+    with MagmaMemory(consolidation="none", embedder=emb, device="cpu") as mem:
+        mem.add("Dana went hiking.", "2023-06-05 10:00", speaker="Dana")
+        with pytest.raises(ValueError, match=r"^unknown answer date style 'bad' \(dates, task\.answer_dates; "
+                                             r"known: words, as_written\)$") as err:
+            mem.answer("Where did Dana go?", Never(), dates="bad")
+    refused(err.value, "UnknownDateStyleError", ValueError)

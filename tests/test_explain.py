@@ -315,6 +315,11 @@ def test_explains_a_namespace_folder_its_writer_holds_from_checkpoint_and_log(tm
     assert f"{folder}: read-only, checkpoint + write-ahead log; {len(writer.store)} events, 1 not consolidated" in out
     assert "\\u202eevil" in out   # the logged event, retrieved and shown as data
     assert digest(folder) == before
+    writer.consolidate()   # none left waiting: said so, not "0 not consolidated yet"
+    main([str(folder), QUESTION])
+    out, _ = capsys.readouterr()
+    assert out.startswith(f"{folder}: read-only, checkpoint + write-ahead log; {len(writer.store)} events, "
+                          "all consolidated\n") and "not consolidated" not in out
     writer.add("Tomás cleaned the canoe.", "2023-06-02 10:00", source_id="X:2")   # its lock and log still work
     abandon(writer)
     log = folder / WAL

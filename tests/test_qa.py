@@ -16,6 +16,7 @@ from magma_torch.eval import runner
 from magma_torch.eval.datasets.base import Question
 from magma_torch.eval.prompts import JUDGE_PROMPT_VERSION, JUDGE_SCHEMA
 from magma_torch.eval.qa import Answer, answer_questions, judge_answers, parse_verdict
+from magma_torch.llm.answer_format import UnknownDateStyleError
 from magma_torch.llm.base import Generation
 from magma_torch.eval.runner import run
 from magma_torch.llm.prompts import ANSWER_PROMPTS, INTENT_INSTRUCTIONS, NOT_MENTIONED, UnknownPromptError
@@ -99,6 +100,16 @@ def test_a_run_with_an_unknown_answer_prompt_fails_in_one_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("magma-run: error: unknown answer prompt 'v9' (task.answer_prompt")
     assert_no_run(out)
+
+
+def test_a_run_with_an_unknown_date_style_is_refused_before_any_work(tmp_path):
+    # it was a bare ValueError once the dataset was ingested and retrieved for: a traceback, not one line
+    from magma_torch.eval.cli import check_run_config
+
+    cfg = qa_config(tmp_path / "run", "task.answer_dates=iso")
+    cfg.llm = {"_target_": "scripted_llm.ScriptedLLM"}
+    with pytest.raises(UnknownDateStyleError, match=r"^unknown answer date style 'iso' \(dates, task\.answer_dates; "):
+        check_run_config(cfg)
 
 
 def test_failed_answer_is_recorded_and_judged_wrong_without_a_call():

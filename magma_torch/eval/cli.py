@@ -16,6 +16,7 @@ from magma_torch.config.resolve import ConfigError, consolidation_config, memory
 from magma_torch.errors import MagmaError
 from magma_torch.eval.datasets import check_limit, check_sample_ids
 from magma_torch.eval.overrides import OverrideError, check_overrides
+from magma_torch.llm.answer_format import check_date_style
 from magma_torch.llm.prompts import check_answer_prompt
 
 # The config groups magma-run composes (conf/ also holds magma-bench's and the intent trainer's),
@@ -47,8 +48,9 @@ def consolidates_with_reader(cfg: DictConfig) -> bool:
 
 def check_run_config(cfg: DictConfig) -> None:
     """What a run's config must hold beyond its schema, checked before any work (ConfigError,
-    DatasetError): an llm where the task or the consolidation needs one, a usable answer chunk,
-    dataset limit and list of sample ids, and no key a ``+key=value`` override added outside the schema."""
+    DatasetError, UnknownPromptError, UnknownDateStyleError): an llm where the task or the
+    consolidation needs one, a known answer prompt and date style, a usable answer chunk, dataset
+    limit and list of sample ids, and no key a ``+key=value`` override added outside the schema."""
     qa = cfg.task.name == "qa"
     has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
     for needed, what in ((qa, "task=qa"), (consolidates_with_reader(cfg), "consolidation=llm")):
@@ -56,6 +58,7 @@ def check_run_config(cfg: DictConfig) -> None:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
     if qa:
         check_answer_prompt(cfg.task.get("answer_prompt"))
+        check_date_style(cfg.task.get("answer_dates"))
     if qa and not (isinstance(cfg.task.get("answer_chunk"), int) and cfg.task.answer_chunk >= 1):
         raise ConfigError(f"task.answer_chunk must be a whole number >= 1, got {cfg.task.get('answer_chunk')!r}")
     check_limit(cfg.dataset.get("limit"))   # before the dataset is read

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from magma_torch.eval.prompts import JUDGE_SCHEMA, judge_prompt
 from magma_torch.eval.qa_metrics import bleu1, locomo_f1, reference_answer
-from magma_torch.llm.answer_format import format_answer
+from magma_torch.llm.answer_format import check_date_style, format_answer
 from magma_torch.llm.base import LLM, Generation, checked_generate
 from magma_torch.llm.prompts import DEFAULT_ANSWER_PROMPT, NOT_MENTIONED, answer_prompt
 from magma_torch.llm.schema import OutputError, extract_json
@@ -50,7 +50,7 @@ def answer_questions(retrievals: Sequence, questions: Sequence[QuestionLike], re
     (``format_answer``)."""
     if len(retrievals) != len(questions):
         raise ValueError(f"{len(retrievals)} retrievals for {len(questions)} questions")
-    format_answer("", dates)   # a bad style, or (answer_prompt) a bad version, fails before the reader runs
+    check_date_style(dates)   # a bad style, or (answer_prompt) a bad version, fails before the reader runs
     prompts = [answer_prompt(q.question, r.context, r.intent, q.query_time, prompt)
                for r, q in zip(retrievals, questions)]
     gens = checked_generate(reader, prompts, max_tokens=max_tokens, temperature=temperature)

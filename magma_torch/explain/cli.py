@@ -65,11 +65,13 @@ def run(args: argparse.Namespace) -> str:
         if len(mem.store) == 0:
             raise ExplainError(f"{args.memory}: the memory holds no events")
         # Explaining never consolidates: a live folder's writer does that, and a saved queue may need an LLM.
-        pending = f"{len(mem.store)} events, {mem.worker.pending()} not consolidated yet (no entity or causal links)\n"
+        waiting = mem.worker.pending()
+        counts = f"{len(mem.store)} events, " + (
+            f"{waiting} not consolidated yet (no entity or causal links)" if waiting else "all consolidated")
         if live:
-            note = f"{args.memory}: read-only, checkpoint + write-ahead log; {pending}"
+            note = f"{args.memory}: read-only, checkpoint + write-ahead log; {counts}\n"
         else:
-            note = f"{args.memory}: {pending}" if mem.worker.pending() else ""
+            note = f"{args.memory}: {counts}\n" if waiting else ""
         r = mem.retrieve(args.question, when, args.budget_tokens)
         ex = explain(r, args.top, args.expansions, when, mem.retriever.cfg.active_signals, entity_names(mem.store, r))
     if args.svg:

@@ -10,9 +10,21 @@ from __future__ import annotations
 import calendar
 import re
 
+from magma_torch.errors import MagmaError
+
 # YYYY-MM-DD or YYYY-MM, not inside a longer run of digits and hyphens (a phone or order number)
 _ISO_DATE = re.compile(r"(?<![\d-])(\d{4})-(\d{1,2})(?:-(\d{1,2}))?(?![\d-])")
 DATE_STYLES = ("words", "as_written")
+
+
+class UnknownDateStyleError(MagmaError, ValueError):
+    """An answer date style that does not exist (``dates`` of ``MagmaMemory.answer``, ``task.answer_dates``)."""
+
+
+def check_date_style(dates: str) -> None:
+    if dates not in DATE_STYLES:
+        raise UnknownDateStyleError(f"unknown answer date style {dates!r} (dates, task.answer_dates; known: "
+                                    f"{', '.join(DATE_STYLES)})")
 
 
 def _in_words(m: re.Match) -> str:
@@ -33,6 +45,5 @@ def spell_out_dates(text: str) -> str:
 
 def format_answer(text: str, dates: str) -> str:
     """The reader's ``text`` with its dates in the style ``dates`` (one of DATE_STYLES)."""
-    if dates not in DATE_STYLES:
-        raise ValueError(f"task.answer_dates={dates!r}: use one of {list(DATE_STYLES)}")
+    check_date_style(dates)
     return spell_out_dates(text) if dates == "words" else text

@@ -24,7 +24,7 @@ from typing import IO
 from magma_torch.errors import MagmaError
 from magma_torch.files import fsync_dir
 from magma_torch.store import live_read, persistence
-from magma_torch.store.persistence import CorruptSaveError, SavedStore
+from magma_torch.store.persistence import CorruptSaveError, SavedStore, SaveNotFoundError
 from magma_torch.store.wal import WriteAheadLog
 
 CHECKPOINT, WAL, LOCK = "checkpoint", "wal.jsonl", ".lock"
@@ -150,9 +150,7 @@ def read_live(store_dir: str | os.PathLike, namespace: str) -> tuple[Path, Saved
     path = Path(store_dir) / check_namespace(namespace)
     try:
         saved, records = live_read.read_checkpoint_and_log(path / CHECKPOINT, path / WAL)
-    except FileNotFoundError as err:   # no checkpoint there (a damaged one is a CorruptSaveError)
-        if isinstance(err, MagmaError):
-            raise
+    except SaveNotFoundError as err:   # no checkpoint there (a damaged one is a CorruptSaveError)
         raise UnknownNamespaceError(f"{err}; no namespace {namespace!r} in {store_dir}") from None
     check_holds(saved, namespace)
     return path, saved, records

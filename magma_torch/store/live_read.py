@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from magma_torch.store.persistence import MANIFEST, CorruptSaveError, SavedStore, read_save
+from magma_torch.errors import MagmaError
+from magma_torch.store.persistence import MANIFEST, CorruptSaveError, SavedStore, SaveNotFoundError, read_save
 from magma_torch.store.wal import read_records
 
 # A writer that checkpoints during every read: the waits between reads double from the first
@@ -19,10 +20,15 @@ from magma_torch.store.wal import read_records
 ATTEMPTS, FIRST_WAIT_S = 8, 0.05
 
 
+class LiveReadTimeoutError(MagmaError, TimeoutError):
+    """A memory's writer put a new checkpoint in place during every read of its folder; trying
+    again later may succeed. Names the folder."""
+
+
 def read_checkpoint_and_log(checkpoint: Path, log: Path) -> tuple[SavedStore, list[dict]]:
-    """The checkpoint and the log records as they were at one moment. Raises FileNotFoundError
-    when there is no checkpoint, CorruptSaveError naming a damaged file, and TimeoutError when a
-    new checkpoint landed during every read."""
+    """The checkpoint and the log records as they were at one moment. Raises SaveNotFoundError
+    (a FileNotFoundError) when there is no checkpoint, CorruptSaveError naming a damaged file, and
+    LiveReadTimeoutError (a TimeoutError) when a new checkpoint landed during every read."""
     for attempt in range(ATTEMPTS):
         if attempt:
             time.sleep(FIRST_WAIT_S * 2 ** (attempt - 1))
@@ -41,7 +47,7 @@ def read_checkpoint_and_log(checkpoint: Path, log: Path) -> tuple[SavedStore, li
             return saved, records
     if _manifest(checkpoint) is None:
         _raise_missing(checkpoint, log)
-    raise TimeoutError(f"{checkpoint.parent}: its writer put a new checkpoint in place during each of "
+    raise LiveReadTimeoutError(f"{checkpoint.parent}: its writer put a new checkpoint in place during each of "
                        f"{ATTEMPTS} reads; try again")
 
 
@@ -63,4 +69,4 @@ def _raise_missing(checkpoint: Path, log: Path) -> None:
                                "checkpoint a crash cut short; opening the memory for writing once restores it")
     if log.exists():
         raise CorruptSaveError(f"{log}: a write-ahead log without its checkpoint {checkpoint}")
-    raise FileNotFoundError(f"{checkpoint.parent}: no {checkpoint.name}/ (not the folder of a persistent memory)")
+    raise SaveNotFoundError(f"{checkpoint.parent}: no {checkpoint.name}/ (not the folder of a persistent memory)")

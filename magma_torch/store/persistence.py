@@ -58,6 +58,15 @@ class CorruptSaveError(MagmaError, ValueError):
     """A save folder that is incomplete, corrupted or of an unknown format; names the file."""
 
 
+class SaveNotFoundError(MagmaError, FileNotFoundError):
+    """No save folder (or no checkpoint in a memory's folder) where one was to be read; names the path."""
+
+
+class SaveWouldOverwriteError(MagmaError, FileExistsError):
+    """A save to a path that holds something other than a save folder, which a save would replace;
+    names the path."""
+
+
 @dataclass
 class SavedStore:
     """A verified, parsed save folder (tensors on the CPU)."""
@@ -127,7 +136,8 @@ def write_save(path: str | os.PathLike, files: dict[str, bytes]) -> None:
     once the new one is complete on disk.
 
     A crash between moving the old save aside and moving the new one in (two renames)
-    leaves the old one as a ``.<name>.old-*`` sibling.
+    leaves the old one as a ``.<name>.old-*`` sibling. A ``path`` that holds anything but a
+    save (a file, a folder with other contents) is refused with ``SaveWouldOverwriteError``.
     """
     path = Path(path)
     _check_replaceable(path)
@@ -152,7 +162,8 @@ def write_save(path: str | os.PathLike, files: dict[str, bytes]) -> None:
 
 def _check_replaceable(path: Path) -> None:
     if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / MANIFEST).is_file())):
-        raise FileExistsError(f"{path}: exists and is not a save folder (no {MANIFEST}); refusing to replace it")
+        raise SaveWouldOverwriteError(f"{path}: exists and is not a save folder (no {MANIFEST}); "
+                                      "refusing to replace it")
 
 
 def _move_into_place(tmp: Path, path: Path) -> None:
@@ -191,10 +202,11 @@ def recover_interrupted_save(path: str | os.PathLike) -> None:
 # ---- load ----
 
 def read_save(path: str | os.PathLike) -> SavedStore:
-    """Read and verify a save folder; raises ``CorruptSaveError`` naming the bad file."""
+    """Read and verify a save folder; raises ``CorruptSaveError`` naming the bad file, ``SaveNotFoundError``
+    when there is no folder at ``path``."""
     path = Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such save folder")
+        raise SaveNotFoundError(f"{path}: no such save folder")
     manifest = _parse_json(path / MANIFEST, _read(path / MANIFEST))
     _check_format(path / MANIFEST, manifest)
     listed = manifest.get("files", {})
