@@ -173,3 +173,15 @@ def test_a_map_for_another_embedder_fails_at_construction(emb, tmp_path):
 
     with pytest.raises(MagmaError, match="fitted for the bundled all-MiniLM-L6-v2"):
         Retriever(Other(), None, RetrievalConfig())
+
+
+def test_memories_with_another_embedder_share_one_encoder_for_the_intent_head(emb):
+    """magma-run builds a memory, and so an intent classifier, per conversation: the bundled model the
+    head reads is loaded once per device for all of them, not once per memory."""
+    from magma_torch.config.schema import RetrievalConfig
+    from magma_torch.query.intent import IntentClassifier
+    from magma_torch.query.retriever import Retriever
+
+    cfg = RetrievalConfig(question_adapter=None)
+    first, second = (Retriever(OtherModel(emb), IntentClassifier.load(device="cpu"), cfg) for _ in range(2))
+    assert first.intent is not second.intent and first.intent_embedder is second.intent_embedder

@@ -11,6 +11,8 @@ conf/intent/default.yaml and are recorded in the sidecar, so a loaded head carri
 """
 from __future__ import annotations
 
+import functools
+
 import json
 import re
 from importlib import resources
@@ -43,13 +45,20 @@ def sidecar_path(weights: Path) -> Path:
     return weights.with_suffix(".json")
 
 
+@functools.cache
+def bundled_encoder(device: str):
+    """The bundled all-MiniLM-L6-v2 on ``device``, loaded once per process."""
+    from magma_torch.text.embedder import Embedder
+
+    return Embedder(device=device)
+
+
 class IntentClassifier:
     """Maps query embeddings to WHY / WHEN / ENTITY."""
 
     def __init__(self, head: IntentHead, meta: dict):
         self.head = head.eval()
         self.meta = meta
-        self._encoders = {}   # device -> the model the head reads (``encoder``)
         self.rules = [(INTENTS.index(label), re.compile(rx, re.IGNORECASE))
                       for label, rx in (meta.get("rules") or {}).items()]
 
@@ -87,13 +96,9 @@ class IntentClassifier:
 
     def encoder(self, device: torch.device):
         """The embedder the head was trained on (the bundled all-MiniLM-L6-v2), on ``device``: one per
-        device, shared by the retrievers this classifier serves."""
-        from magma_torch.text.embedder import Embedder
-
-        key = str(device)
-        if key not in self._encoders:
-            self._encoders[key] = Embedder(device=device)
-        return self._encoders[key]
+        device in the process, shared by every memory's retriever (magma-run builds one memory per
+        conversation)."""
+        return bundled_encoder(str(device))
 
     def rule_intents(self, questions: list[str]) -> list[int]:
         """Per question, the index of the first rule intent whose regex matches its text; -1 for none."""
