@@ -175,6 +175,11 @@ def test_a_map_for_another_embedder_fails_at_construction(emb, tmp_path):
         Retriever(Other(), None, RetrievalConfig())
 
 
+def test_a_missing_model_folder_is_a_config_error_naming_it(tmp_path):
+    with pytest.raises(MagmaError, match=r"embedder.model: cannot load .*nope \(no such folder.*make models"):
+        Embedder(str(tmp_path / "nope"), device="cpu")
+
+
 def test_memories_with_another_embedder_share_one_encoder_for_the_intent_head(emb):
     """magma-run builds a memory, and so an intent classifier, per conversation: the bundled model the
     head reads is loaded once per device for all of them, not once per memory."""

@@ -62,7 +62,12 @@ class Embedder:
 
         self.device = resolve_device(device)
         self.model_path = model or bundled_model_path()
-        self._model = SentenceTransformer(self.model_path, device=str(self.device))
+        try:
+            self._model = SentenceTransformer(self.model_path, device=str(self.device))
+        except OSError as err:   # offline, a missing folder surfaces as a failed hub download
+            found = "is not a model folder" if os.path.isdir(self.model_path) else "no such folder"
+            raise ConfigError(f"embedder.model: cannot load {self.model_path} ({found}, and the hub is not reached); "
+                              f"`make models` builds models/all-mpnet-base-v2") from err
         # Past its position embeddings the model fails on the first text that long, not here
         positions = model_positions(self._model)
         problem = between(1, positions or math.inf).problem(max_seq_length)
