@@ -29,7 +29,7 @@ import torch
 from machine import machine  # experiments/machine.py
 from report import ABLATIONS as REPORT_ABLATIONS  # experiments/report.py
 from train_rerank import fit as fit_rerank  # experiments/train_rerank.py
-from train_rerank import dev_memories, pool_features, recall, scored_questions, summary
+from train_rerank import dev_memories, embedder_name, pool_features, recall, scored_questions, summary
 
 from magma_torch.config.resolve import memory_config, settings
 from magma_torch.eval.datasets import load_dataset
@@ -99,8 +99,8 @@ def main() -> None:
     hyper = {"l2": args.l2, "temperature": args.temperature, "epochs": args.epochs, "lr": args.lr}
     mcfg = memory_config(args.memory)
     mcfg.retrieval.question_adapter = None      # the memories are built and ranked without a map; each fold adds its own
-    mcfg.embedder.model = args.embedder
-    emb, intent = Embedder(args.embedder, device="cpu"), IntentClassifier.load(device="cpu")
+    mcfg.embedder.model = args.embedder or mcfg.embedder.model   # --memory magma_mpnet names its own
+    emb, intent = Embedder(mcfg.embedder.model, device="cpu"), IntentClassifier.load(device="cpu")
     memories = dev_memories(mcfg, emb, load_dataset("locomo", args.data))
     rows = {s.sample_id: training_rows(emb, snap, s) for s, snap in memories}
     # the re-ranker's candidates and labels, as train_rerank.py reads them: no map, magma's settings
@@ -134,7 +134,7 @@ def main() -> None:
                + (["--ablations", *args.ablations] if tuple(args.ablations) != ABLATIONS else [])
                + [f"--{k} {v}" for k, v in hyper.items()]
                + ([f"--rerank-C {args.rerank_C}"] if args.rerank_C != 1.0 else [])),
-           "data": Path(args.data).name, "embedder": Path(emb.model_path).name, "memory": args.memory,
+           "data": Path(args.data).name, "embedder": embedder_name(mcfg.embedder.model), "memory": args.memory,
            "consolidation": "heuristic", "fit": hyper,
            "cross_validation": {"method": "leave one conversation out: the map and the re-ranker's weights "
                                           f"(C={args.rerank_C}) fitted on the other four; the held-out conversation's "
@@ -148,8 +148,8 @@ def main() -> None:
                                          for name, r in runs.items()}))
     if args.weights:
         final = fit(list(rows.values()), **hyper)
-        QuestionAdapter(final, {"fit": hyper, "data": out["data"], "embedder": args.embedder or "all-MiniLM-L6-v2",
-                                "embedder_path": args.embedder or BUNDLED_EMBEDDER,
+        QuestionAdapter(final, {"fit": hyper, "data": out["data"], "embedder": out["embedder"],
+                                "embedder_path": mcfg.embedder.model or BUNDLED_EMBEDDER,
                                 "command": out["command"]}).save(args.weights)
 
 

@@ -42,6 +42,11 @@ from magma_torch.text.embedder import Embedder
 from magma_torch.text.temporal import question_time_window
 
 
+def embedder_name(model: str | None) -> str:
+    """The name a report gives the embedder: its folder's, or the bundled model's."""
+    return Path(model).name if model else "all-MiniLM-L6-v2"
+
+
 def scored_questions(sample):
     return [q for q in sample.questions if q.evidence and not recall_excluded(q)]
 
@@ -115,6 +120,9 @@ def main() -> None:
                     help="the memory config whose query process is fitted (magma_no_traversal: without the graph)")
     ap.add_argument("--token-cost", type=float, default=None,
                     help="rerank.token_cost of the held-out runs (default: the memory config's); the fit is the same")
+    ap.add_argument("--embedder", default=None, metavar="MODEL",
+                    help="a sentence-transformers model (path) in place of the bundled all-MiniLM-L6-v2: the "
+                         "memories and candidates are then this model's (conf/memory/magma_mpnet.yaml's weights)")
     ap.add_argument("--drop", nargs="*", default=[], metavar="PREFIX",
                     help="leave the features starting with these out of the fit (e.g. support_: no graph support)")
     args = ap.parse_args()
@@ -124,10 +132,11 @@ def main() -> None:
     # a re-ranker fitted on it leans on it too much (held out, recall fell); the query path applies these
     # weights to adapted cosines, which experiments/train_question_adapter.py cross-validates.
     cfg.retrieval.question_adapter = None
+    cfg.embedder.model = args.embedder or cfg.embedder.model   # --memory magma_mpnet names its own
     rc = settings(cfg).retrieval
     if args.token_cost is not None:
         rc = dataclasses.replace(rc, rerank=dataclasses.replace(rc.rerank, token_cost=args.token_cost))
-    emb = Embedder(device="cpu")
+    emb = Embedder(cfg.embedder.model, device="cpu")
     intent = IntentClassifier.load(device="cpu")
     memories = dev_memories(cfg, emb, load_dataset("locomo", args.data))
     ret = Retriever(emb, intent, rc)
@@ -147,9 +156,10 @@ def main() -> None:
     out = {"command": "python experiments/train_rerank.py " + " ".join(
                f"{a}" for a in [args.data, "--out", args.out, "--C", args.C] + (["--drop", *args.drop] if args.drop else [])
                + (["--memory", args.memory] if args.memory != "magma" else [])
+               + (["--embedder", args.embedder] if args.embedder else [])
                + (["--token-cost", args.token_cost] if args.token_cost is not None else [])),
-           "data": Path(args.data).name, "memory": args.memory, "consolidation": "heuristic",
-           "pool": rc.rerank.pool, "support_from": rc.rerank.support_from, "token_cost": rc.rerank.token_cost,
+           "data": Path(args.data).name, "embedder": embedder_name(cfg.embedder.model), "memory": args.memory,
+           "consolidation": "heuristic", "pool": rc.rerank.pool, "support_from": rc.rerank.support_from, "token_cost": rc.rerank.token_cost,
            "C": args.C, "dropped": args.drop,
            "features": list(FEATURES), "weights": weights,
            "cross_validation": {"method": "leave one conversation out; the held-out conversation's questions "
@@ -159,7 +169,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out["cross_validation"][k]["overall"] for k in ("rerank", "rrf")}))
-    if args.drop or args.memory != "magma" or args.token_cost is not None:   # only magma's fit is the schema's default
+    if args.drop or args.memory != "magma" or args.token_cost is not None or cfg.embedder.model:   # only magma's fit is the schema's default
         return
     print("RerankWeights defaults (magma_torch/config/schema.py):")
     for f, v in weights.items():
