@@ -3,6 +3,7 @@ the report that fitted them, and the settings that choose it."""
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -171,8 +172,40 @@ def test_a_map_for_another_embedder_fails_at_construction(emb, tmp_path):
     from magma_torch.query.retriever import Retriever
     from magma_torch.config.schema import RetrievalConfig
 
-    with pytest.raises(MagmaError, match="fitted for the bundled all-MiniLM-L6-v2"):
+    with pytest.raises(MagmaError, match="bundled: no map ships for the embedder /models/another-384d-model"):
         Retriever(Other(), None, RetrievalConfig())
+    minilm_map = str(resources.files("magma_torch.query") / "data" / "question_adapter.safetensors")
+    with pytest.raises(MagmaError, match="fitted for the bundled all-MiniLM-L6-v2, the embedder is /models/another"):
+        Retriever(Other(), None, RetrievalConfig(question_adapter=minilm_map))
+
+
+class Mpnet:
+    """Stands for all-mpnet-base-v2 built by `make models` wherever it lies: only its folder name and width count."""
+    dim, model_path = 768, "/somewhere/models/all-mpnet-base-v2"
+
+
+def test_bundled_picks_the_map_shipped_for_the_configured_embedder():
+    from magma_torch.config.schema import RetrievalConfig
+    from magma_torch.query.retriever import Retriever
+
+    ret = Retriever(Mpnet(), None, RetrievalConfig())
+    assert ret.adapter.dim == 768 and ret.adapter.meta["embedder"] == "all-mpnet-base-v2"
+    report = json.loads((REPORT.parent / "locomo_dev_all-mpnet-base-v2.json").read_text())
+    assert ret.adapter.meta["fit"] == report["fit"]
+    assert Retriever(None, None, RetrievalConfig()).adapter.dim == 384     # no embedder: the bundled model's
+
+
+def test_a_map_fitted_for_one_model_is_refused_for_another(tmp_path):
+    from magma_torch.config.schema import RetrievalConfig
+    from magma_torch.query.retriever import Retriever
+
+    QuestionAdapter(torch.eye(768), {"embedder_path": "models/all-mpnet-base-v2"}).save(tmp_path / "m.safetensors")
+
+    class OtherWide:
+        dim, model_path = 768, "/models/another-768d-model"
+    with pytest.raises(MagmaError, match="fitted for models/all-mpnet-base-v2, the embedder is /models/another-768d"):
+        Retriever(OtherWide(), None, RetrievalConfig(question_adapter=str(tmp_path / "m.safetensors")))
+    assert Retriever(Mpnet(), None, RetrievalConfig(question_adapter=str(tmp_path / "m.safetensors"))).adapter
 
 
 def test_a_missing_model_folder_is_a_config_error_naming_it(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from magma_torch import MagmaMemory
+from magma_torch.config.resolve import memory_config, settings
 from magma_torch.config.schema import RELATIONS, SIGNALS, RerankWeights
 from magma_torch.query.beam import entity_specificity
 from magma_torch.query.rerank import (FEATURES, _compiled_support, _support, feature_matrix, rerank, removed_relations,
@@ -188,10 +189,15 @@ def test_retrieval_anchors_are_the_reranked_pool(mem):
     assert torch.equal(plain.ids, fused.ids[:, :ret.cfg.anchor_k])
 
 
-def test_shipped_weights_are_the_fitted_ones():
-    fitted = json.loads(FITTED.read_text())
+@pytest.mark.parametrize("memory, report", [("magma", FITTED),
+                                            ("magma_mpnet", FITTED.with_name("locomo_dev_all-mpnet-base-v2.json"))])
+def test_shipped_weights_are_the_fitted_ones(memory, report):
+    """magma's weights are the schema's defaults, magma_mpnet's its YAML's: each the fit its report holds."""
+    fitted = json.loads(report.read_text())
     assert fitted["features"] == list(FEATURES)
-    assert dataclasses.asdict(RerankWeights()) == pytest.approx(fitted["weights"], abs=0)
+    weights = settings(memory_config(memory)).retrieval.rerank.weights
+    assert dataclasses.asdict(weights) == pytest.approx(fitted["weights"], abs=0)
+    assert memory != "magma" or weights == RerankWeights()
 
 
 @pytest.mark.parametrize("memory, removed, pool", [("magma", set(), 300), ("magma_no_entity", {"entity"}, 300),

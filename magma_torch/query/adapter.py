@@ -9,7 +9,9 @@ the questions (experiments/results/adapter/locomo_dev.json). A map
 W, close to the identity, fitted with a softmax over each conversation's turns to the evidence
 turns of its questions (experiments/train_question_adapter.py, on the LoCoMo dev split, held-out
 conversations for its validation) moves q to normalise(W q). Events are not mapped, so stored
-embeddings and every index stay as they are. The shipped map is for all-MiniLM-L6-v2 (384-d).
+embeddings and every index stay as they are. Maps ship for all-MiniLM-L6-v2 (384-d, the bundled
+embedder) and all-mpnet-base-v2 (768-d, `make models`; conf/memory/magma_mpnet.yaml);
+``bundled`` picks the one for the configured embedder.
 """
 from __future__ import annotations
 
@@ -22,9 +24,17 @@ import torch
 from magma_torch.config.resolve import ConfigError
 from magma_torch.text.embedder import bundled_model_path
 
-BUNDLED = "bundled"                     # retrieval.question_adapter: the map shipped in the package
+BUNDLED = "bundled"                     # retrieval.question_adapter: the map shipped for the configured embedder
 BUNDLED_EMBEDDER = "bundled"            # meta["embedder_path"] of a map fitted on the bundled model's vectors
 WEIGHTS_NAME = "question_adapter.safetensors"
+
+
+def shipped_name(model_path: str | None) -> str:
+    """The package's file of the map for ``model_path``'s vectors: WEIGHTS_NAME for the bundled
+    model (None), ``question_adapter.<model folder name>.safetensors`` for another."""
+    if model_path is None or model_path == bundled_model_path():
+        return WEIGHTS_NAME
+    return f"question_adapter.{Path(model_path).name}.safetensors"
 
 
 class QuestionAdapter:
@@ -37,10 +47,16 @@ class QuestionAdapter:
         self.weight, self.meta, self.source = weight.float(), meta or {}, source
 
     @classmethod
-    def load(cls, path: str) -> "QuestionAdapter":
-        """``path``: a safetensors file with a ``weight`` [d, d] (and a .json sidecar), or ``bundled``."""
+    def load(cls, path: str, model_path: str | None = None) -> "QuestionAdapter":
+        """``path``: a safetensors file with a ``weight`` [d, d] (and a .json sidecar), or ``bundled``:
+        the map the package ships for the embedder at ``model_path`` (None: the bundled model)."""
         if path == BUNDLED:
-            with resources.as_file(resources.files("magma_torch.query") / "data" / WEIGHTS_NAME) as p:
+            shipped = resources.files("magma_torch.query") / "data" / shipped_name(model_path)
+            if not shipped.is_file():
+                raise ConfigError(f"retrieval.question_adapter=bundled: no map ships for the embedder {model_path} "
+                                  f"(maps ship for all-MiniLM-L6-v2 and all-mpnet-base-v2); set it to null or to a "
+                                  f"map fitted for it (experiments/train_question_adapter.py --embedder)")
+            with resources.as_file(shipped) as p:
                 return cls._load(Path(p))
         return cls._load(Path(path))
 
@@ -76,9 +92,14 @@ class QuestionAdapter:
             raise ConfigError(f"retrieval.question_adapter {self.source} maps {self.dim}-d questions, the embedder "
                               f"gives {dim}-d ones; set it to null or fit one for this embedder")
         fitted_for, model = self.meta.get("embedder_path"), getattr(embedder, "model_path", None)
-        if fitted_for == BUNDLED_EMBEDDER and model is not None and model != bundled_model_path():
+        if fitted_for is None or model is None:
+            return
+        if fitted_for == BUNDLED_EMBEDDER and model != bundled_model_path():
             raise ConfigError(f"retrieval.question_adapter {self.source} is fitted for the bundled all-MiniLM-L6-v2, "
                               f"the embedder is {model}; set it to null or fit one for this embedder")
+        if fitted_for != BUNDLED_EMBEDDER and Path(fitted_for).name != Path(model).name:
+            raise ConfigError(f"retrieval.question_adapter {self.source} is fitted for {fitted_for}, the embedder is "
+                              f"{model}; set it to null or fit one for this embedder")
 
     def __call__(self, q: torch.Tensor) -> torch.Tensor:
         if self.weight.device != q.device:     # moved once, not per batch

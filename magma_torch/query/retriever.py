@@ -98,7 +98,8 @@ class Retriever:
         self.past = cfg.supersession.past_pattern()
         self.asked = cfg.entity.asked_pattern()
         self.kernel = resolve_kernel(cfg.kernel)   # a bad or uninstalled kernel fails here, not mid-query
-        self.adapter = None if cfg.question_adapter is None else QuestionAdapter.load(cfg.question_adapter)
+        self.adapter = None if cfg.question_adapter is None else \
+            QuestionAdapter.load(cfg.question_adapter, getattr(embedder, "model_path", None))
         if self.adapter is not None:
             self.adapter.check(embedder)
 
