@@ -33,6 +33,7 @@ LOCOMO = RESULTS / "locomo_dev"
 VARIANTS = RESULTS / "locomo_dev_variants"
 RERANK = RESULTS / "rerank"
 ADAPTER = RESULTS / "adapter" / "locomo_dev.json"
+ADAPTER_MPNET = RESULTS / "adapter" / "locomo_dev_all-mpnet-base-v2.json"   # magma_mpnet's folds
 LONGMEMEVAL_FIXTURES = RESULTS / "longmemeval_fixtures"
 BENCH = RESULTS / "bench"
 QA_SMALL = RESULTS / "qa_small"
@@ -215,8 +216,10 @@ def locomo_adapter() -> str:
 
 def locomo_held_out() -> str:
     """magma and its ablations held out a conversation at a time (the map and the re-ranker's
-    weights fitted on the other four), next to the same query process without a map."""
+    weights fitted on the other four), next to the same query process without a map; last,
+    magma_mpnet: magma's query process with all-mpnet-base-v2, its maps and weights fitted per fold."""
     runs = _load_json(ADAPTER)["cross_validation"]["memories"]
+    runs = runs | {"magma_mpnet": _load_json(ADAPTER_MPNET)["cross_validation"]["memories"]["magma"]}
     head = ["memory", "without a map: overall @10 / @2000tok", "multi-hop", "held-out map: overall @10 / @2000tok",
             *CATEGORIES]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]

@@ -19,7 +19,7 @@ from report import ABLATIONS, load_runs  # experiments/report.py: the same run d
 from magma_torch.eval.metrics import retrieval_ms
 
 CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain")
-ORDER = ("magma", "magma_paper", "magma_no_context", "hybrid_rag", "vector_rag", "bm25") + ABLATIONS
+ORDER = ("magma", "magma_mpnet", "magma_paper", "magma_no_context", "hybrid_rag", "vector_rag", "bm25") + ABLATIONS
 
 
 def cell(block: dict) -> str:

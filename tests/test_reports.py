@@ -134,5 +134,5 @@ def test_recall_table_reads_the_committed_runs_into_the_readmes_table():
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
-    assert len(table) == 16 and table[0].endswith("| retrieval ms / question |")
+    assert len(table) == 17 and table[0].endswith("| retrieval ms / question |")
     assert all(line in (ROOT / "README.md").read_text().splitlines() for line in table)
