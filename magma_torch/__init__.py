@@ -18,6 +18,7 @@ _LAZY = {
     "StoreMismatchError": "store.durable", "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable",
     "LLMUnavailable": "llm.base", "LLMInterfaceError": "llm.base", "UnknownPromptError": "llm.prompts",
     "UnknownDateStyleError": "llm.answer_format", "OutputError": "llm.schema", "ModelError": "llm.models",
+    "GGUFNotFoundError": "llm.gguf_export",
     "ExplainError": "explain.cli", "ScreenshotError": "explain.screenshot",
     "DatasetError": "eval.datasets.base", "ConfigError": "config.schema", "CompareError": "eval.compare",
     "RunFolderError": "eval.run_folder", "AggregateError": "eval.aggregate", "OverrideError": "eval.overrides",

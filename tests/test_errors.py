@@ -23,7 +23,7 @@ BUILTIN_BASE = {
     "DatasetError": ValueError, "ConfigError": ValueError, "CompareError": ValueError, "RunFolderError": ValueError,
     "AggregateError": ValueError, "OverrideError": ValueError, "TrackerError": RuntimeError,
     "ForgetError": ValueError, "SaveNotFoundError": FileNotFoundError, "SaveWouldOverwriteError": FileExistsError,
-    "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError,
+    "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError, "GGUFNotFoundError": FileNotFoundError,
 }
 
 
@@ -137,3 +137,16 @@ def test_answer_with_an_unknown_date_style_is_a_magma_error_and_a_value_error(em
                                              r"known: words, as_written\)$") as err:
             mem.answer("Where did Dana go?", Never(), dates="bad")
     refused(err.value, "UnknownDateStyleError", ValueError)
+
+
+def test_a_gguf_export_of_a_missing_file_is_a_magma_error_and_a_file_not_found_error(tmp_path, capsys):
+    from magma_torch.llm import gguf_export
+
+    missing = tmp_path / "missing.gguf"
+    with pytest.raises(FileNotFoundError, match=f"^gguf_export: no GGUF file at {re.escape(str(missing))}$") as err:
+        gguf_export.export_gguf(tmp_path / "out", missing)
+    refused(err.value, "GGUFNotFoundError", FileNotFoundError)
+    with pytest.raises(SystemExit) as stop:         # python -m magma_torch.llm.gguf_export: one line, status 2
+        gguf_export.main(["--out", str(tmp_path / "out"), "--gguf", str(missing)])
+    assert stop.value.code == 2 and capsys.readouterr().err == f"error: gguf_export: no GGUF file at {missing}\n"
+    assert list(tmp_path.iterdir()) == []
