@@ -12,7 +12,7 @@ _LAZY = {
     "IngestError": "ingest.fast_path", "MissingNLPModel": "ingest.nlp", "ForgetError": "lifecycle",
     "CorruptSaveError": "store.persistence", "SaveNotFoundError": "store.persistence",
     "SaveWouldOverwriteError": "store.persistence", "LiveReadTimeoutError": "store.live_read",
-    "IntegrityError": "store.integrity",
+    "IntegrityError": "store.integrity", "DamagedFileError": "files",
     "NamespaceError": "store.durable", "UnknownNamespaceError": "store.durable",
     "NamespaceNotEmptyError": "store.durable", "StoreInUseError": "store.durable",
     "StoreMismatchError": "store.durable", "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable",

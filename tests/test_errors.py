@@ -24,6 +24,7 @@ BUILTIN_BASE = {
     "AggregateError": ValueError, "OverrideError": ValueError, "TrackerError": RuntimeError,
     "ForgetError": ValueError, "SaveNotFoundError": FileNotFoundError, "SaveWouldOverwriteError": FileExistsError,
     "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError, "GGUFNotFoundError": FileNotFoundError,
+    "DamagedFileError": ValueError,
 }
 
 
@@ -150,3 +151,14 @@ def test_a_gguf_export_of_a_missing_file_is_a_magma_error_and_a_file_not_found_e
         gguf_export.main(["--out", str(tmp_path / "out"), "--gguf", str(missing)])
     assert stop.value.code == 2 and capsys.readouterr().err == f"error: gguf_export: no GGUF file at {missing}\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_file_and_line(tmp_path):
+    # DamagedFileError is what a run folder's or a consolidation.cache's JSON-lines file raises for a damaged line
+    from magma_torch.llm.cache import CachedLLM
+
+    cache = tmp_path / "consolidation_cache.jsonl"
+    cache.write_text('{"key": "a", "text": "x"}\nnot json\n')
+    with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: not JSON") as err:
+        CachedLLM(type("Reader", (), {"name": "reader"})(), cache)
+    refused(err.value, "DamagedFileError", ValueError)
