@@ -162,3 +162,29 @@ def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_fi
     with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: not JSON") as err:
         CachedLLM(type("Reader", (), {"name": "reader"})(), cache)
     refused(err.value, "DamagedFileError", ValueError)
+
+
+def test_a_memory_opened_with_an_embedder_of_another_width_is_a_magma_error_and_a_value_error(emb, tmp_path):
+    class Narrow:          # an 8-dimensional embedder; the memory was written with the 384-dimensional default
+        dim, device = 8, "cpu"
+    # (the bundled question map refuses another width itself: without it the store is the first to see it)
+    no_map = {"retrieval": {"question_adapter": None}}
+    tenants, saved, export = tmp_path / "tenants", tmp_path / "saved", tmp_path / "export.jsonl"
+    with MagmaMemory(no_map, consolidation="none", embedder=emb, device="cpu", store_dir=tenants, namespace="u") as mem:
+        mem.add("Dana went hiking.", "2023-06-05 10:00", speaker="Dana")
+        mem.save(saved)
+        mem.export_jsonl(export)
+    for path, reopen in ((saved, lambda: MagmaMemory.load(saved, embedder=Narrow())),
+                         (saved, lambda: MagmaMemory.load(saved, embedder=Narrow(), read_only=True)),
+                         (export, lambda: MagmaMemory.import_jsonl(export, embedder=Narrow())),
+                         (tenants / "u" / "checkpoint",
+                          lambda: MagmaMemory(store_dir=tenants, namespace="u", embedder=Narrow(), device="cpu")),
+                         (tenants / "u" / "checkpoint",
+                          lambda: MagmaMemory.open_readonly(tenants, "u", embedder=Narrow()))):
+        with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: saved with 384-dim embeddings, the "
+                                             r"embedder gives 8; open it with the embedder it was saved with "
+                                             r"\(memory\.embedder\)$") as err:
+            reopen()
+        refused(err.value, "StoreMismatchError", ValueError)
+    with MagmaMemory(store_dir=tenants, namespace="u", embedder=emb, device="cpu") as mem:   # the refusals kept it
+        assert [e.text for e in mem.events()] == ["Dana went hiking."]
