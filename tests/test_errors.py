@@ -188,3 +188,24 @@ def test_a_memory_opened_with_an_embedder_of_another_width_is_a_magma_error_and_
         refused(err.value, "StoreMismatchError", ValueError)
     with MagmaMemory(store_dir=tenants, namespace="u", embedder=emb, device="cpu") as mem:   # the refusals kept it
         assert [e.text for e in mem.events()] == ["Dana went hiking."]
+
+
+LLM_CONSOLIDATION = "magma_torch.ingest.llm_consolidator.LLMConsolidator"
+
+
+class Reader:
+    name = "reader"
+
+    def generate(self, prompts, **kw):
+        raise AssertionError("the reader ran")
+
+
+def test_a_consolidators_refusal_is_raised_as_it_is_not_wrapped_by_hydra(emb, tmp_path):
+    # Hydra wraps what a _target_'s constructor raises in an InstantiationException, neither a MagmaError nor a
+    # ValueError: MagmaMemory re-raises the consolidator's own error, here the DamagedFileError of its cache
+    cache = tmp_path / "consolidation_cache.jsonl"
+    cache.write_text('{"key": "a", "text": "x"}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: expected a JSON object, got list$") as err:
+        MagmaMemory(consolidation={"_target_": LLM_CONSOLIDATION, "cache": str(cache)}, llm=Reader(), embedder=emb,
+                    device="cpu")
+    refused(err.value, "DamagedFileError", ValueError)
