@@ -209,3 +209,19 @@ def test_a_consolidators_refusal_is_raised_as_it_is_not_wrapped_by_hydra(emb, tm
         MagmaMemory(consolidation={"_target_": LLM_CONSOLIDATION, "cache": str(cache)}, llm=Reader(), embedder=emb,
                     device="cpu")
     refused(err.value, "DamagedFileError", ValueError)
+
+
+def test_unknown_or_broken_supersession_rules_are_a_config_error_naming_the_setting(emb):
+    from magma_torch.ingest.supersession import load_rules
+
+    with pytest.raises(ValueError, match=r"^consolidation\.supersession: unknown rules 'nosuch', no conf/supersession/"
+                                         r"nosuch\.yaml \(known: default; null turns it off\)$") as err:
+        MagmaMemory(consolidation={"supersession": "nosuch"}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+    broken = load_rules("default")
+    kind = next(iter(broken["kinds"]))
+    broken["kinds"][kind]["patterns"][0]["pattern"] = "(unclosed"
+    with pytest.raises(ValueError, match=rf"^consolidation\.supersession: kinds\.{kind}: bad pattern "
+                                         r"'\(unclosed': missing \)") as err:
+        MagmaMemory(consolidation={"supersession": broken}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
