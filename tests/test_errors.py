@@ -225,3 +225,19 @@ def test_unknown_or_broken_supersession_rules_are_a_config_error_naming_the_sett
                                          r"'\(unclosed': missing \)") as err:
         MagmaMemory(consolidation={"supersession": broken}, embedder=emb, device="cpu")
     refused(err.value, "ConfigError", ValueError)
+
+
+def test_an_unknown_consolidation_prompt_is_a_config_error_naming_the_setting(emb):
+    from magma_torch.config.resolve import consolidation_config
+    from magma_torch.config.schema import CONSOLIDATION_PROMPTS
+    from magma_torch.ingest.llm_consolidator import SYSTEM_PROMPTS, LLMConsolidator
+
+    assert CONSOLIDATION_PROMPTS == tuple(SYSTEM_PROMPTS)     # the schema's choices are the prompts there are
+    named = r"^consolidation\.prompt_version: must be one of v1, v2, v3, got 'v9'$"
+    bad = {"_target_": LLM_CONSOLIDATION, "prompt_version": "v9"}
+    for refuse in (lambda: consolidation_config(bad),        # what magma-run checks before any work
+                   lambda: MagmaMemory(consolidation=bad, llm=Reader(), embedder=emb, device="cpu"),
+                   lambda: LLMConsolidator(Reader(), prompt_version="v9")):
+        with pytest.raises(ValueError, match=named) as err:
+            refuse()
+        refused(err.value, "ConfigError", ValueError)
