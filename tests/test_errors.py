@@ -241,3 +241,14 @@ def test_an_unknown_consolidation_prompt_is_a_config_error_naming_the_setting(em
         with pytest.raises(ValueError, match=named) as err:
             refuse()
         refused(err.value, "ConfigError", ValueError)
+
+
+def test_an_unknown_openai_response_format_is_a_config_error_naming_the_setting():
+    # magma-run llm=openai llm.response_format=xml builds the backend through build_llm (Hydra's instantiate)
+    from magma_torch.llm import build_llm
+
+    named = r"^llm\.response_format must be json_schema or json_object, got 'xml'$"
+    with pytest.raises(ValueError, match=named) as err:
+        build_llm({"_target_": "magma_torch.llm.openai_backend.OpenAIBackend", "response_format": "xml",
+                   "require_key": False})
+    refused(err.value, "ConfigError", ValueError)
