@@ -164,6 +164,7 @@ class SlowPathConfig(Checked):
 
 # ---- retrieval ----
 SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode", "speaker", "entity")
+TEXT_SIGNALS = ("keyword", "keyword_context", "speaker", "entity")   # the signals that read the question's text
 RELATIONS = ("temporal", "semantic", "causal", "entity", "episode")  # the relations the beam search walks
 INTENT_ROWS = ("WHY", "WHEN", "ENTITY", "uniform")
 KERNELS = ("auto", "torch", "numba")   # retrieval.kernel (query/kernel.py)
