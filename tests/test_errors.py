@@ -153,13 +153,15 @@ def test_a_gguf_export_of_a_missing_file_is_a_magma_error_and_a_file_not_found_e
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_file_and_line(tmp_path):
+@pytest.mark.parametrize("line, why", [("not json", "not JSON"),
+                                       ('{"text": "x"}', "no 'key'")])   # before: a bare KeyError
+def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_file_and_line(tmp_path, line, why):
     # DamagedFileError is what a run folder's or a consolidation.cache's JSON-lines file raises for a damaged line
     from magma_torch.llm.cache import CachedLLM
 
     cache = tmp_path / "consolidation_cache.jsonl"
-    cache.write_text('{"key": "a", "text": "x"}\nnot json\n')
-    with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: not JSON") as err:
+    cache.write_text('{"key": "a", "text": "x"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: {why}") as err:
         CachedLLM(type("Reader", (), {"name": "reader"})(), cache)
     refused(err.value, "DamagedFileError", ValueError)
 
