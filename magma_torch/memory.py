@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 
 import hydra.utils
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from magma_torch import lifecycle
@@ -151,7 +152,7 @@ class MagmaMemory:
         if c is None or c.get("_target_") is None:
             return None
         if "llm" not in c.keys():
-            return hydra.utils.instantiate(c)
+            return _instantiate(c)
         # An LLM consolidator: the LLM passed in, else one built from the config's `llm` entry.
         if self.llm is None:
             spec = c.llm
@@ -162,7 +163,7 @@ class MagmaMemory:
 
             self.llm = build_llm(spec)
             self._owns_llm = True
-        return hydra.utils.instantiate(c, llm=self.llm)
+        return _instantiate(c, llm=self.llm)
 
     # ---- fast path ----
     def add(self, text: str, timestamp, speaker: str | None = None, source_id: str | None = None,
@@ -515,6 +516,18 @@ class MagmaMemory:
             self.consolidator.load_state_dict(saved.state["consolidator"])
         # Last: a background worker starts on the queue as soon as it has one.
         self.worker.load_state_dict(saved.state["worker"])
+
+
+def _instantiate(cfg: DictConfig, **kwargs):
+    """The consolidator ``cfg`` names. Hydra wraps what its constructor raises in an
+    InstantiationException, not a MagmaError nor the builtin; a MagmaError (a damaged
+    ``consolidation.cache``, an unknown setting) is raised as it is, in one line."""
+    try:
+        return hydra.utils.instantiate(cfg, **kwargs)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, MagmaError):
+            raise err.__cause__ from None
+        raise
 
 
 def _query_time(t, i: int, n: int) -> datetime | None:

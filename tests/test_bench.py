@@ -206,6 +206,27 @@ def test_a_bad_setting_fails_in_one_line_before_the_memory_is_built(argv, messag
     assert stop.value.code == 2 and message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("setting", "message"), [
+    ({"run": {"events": 0}}, "--config: run.events must be at least 1, got 0"),   # before: a traceback in synthesize
+    ({"run": {"batch": "ten"}}, "--config: run.batch must be at least 1, got 'ten'"),
+    ({"sweep": {"events": [1000, 0]}}, "--config: sweep.events must be at least 1 each, got [1000, 0]"),
+    # before: a ValueError once the memory was built, at the first query
+    ({"retrieval": {"signal_weights": {"keyword": 1.0, "speaker": 0.5}}},
+     "retrieval.signal_weights.keyword, retrieval.signal_weights.speaker above 0, but the synthetic questions"),
+])
+def test_a_bad_setting_of_the_config_file_fails_in_one_line_before_the_memory_is_built(
+        setting, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(Bench, "build", lambda *a, **k: pytest.fail("built a memory before checking the settings"))
+    (tmp_path / "bench").mkdir()
+    mine = tmp_path / "bench" / "mine.yaml"     # its memory: conf/memory/<memory>.yaml beside its folder
+    OmegaConf.save(OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "bench" / "default.yaml"), setting), mine)
+    (tmp_path / "memory").symlink_to(ROOT / "conf" / "memory")
+    with pytest.raises(SystemExit) as stop:
+        main(["--config", str(mine), "--sweep", "--no-progress"] if "sweep" in setting else ["--config", str(mine)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and "Traceback" not in err
+
+
 def test_gpu_script_runs_without_faiss_hydra_or_text_stack(tmp_path):
     """experiments/gpu_bench.py on CPU, with the packages a bare torch + PyG node lacks hidden."""
     hidden = ["faiss", "hydra", "wandb", "bm25s", "Stemmer", "dateparser", "sentence_transformers", "matplotlib",

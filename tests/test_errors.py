@@ -23,7 +23,8 @@ BUILTIN_BASE = {
     "DatasetError": ValueError, "ConfigError": ValueError, "CompareError": ValueError, "RunFolderError": ValueError,
     "AggregateError": ValueError, "OverrideError": ValueError, "TrackerError": RuntimeError,
     "ForgetError": ValueError, "SaveNotFoundError": FileNotFoundError, "SaveWouldOverwriteError": FileExistsError,
-    "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError,
+    "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError, "GGUFNotFoundError": FileNotFoundError,
+    "DamagedFileError": ValueError,
 }
 
 
@@ -137,3 +138,119 @@ def test_answer_with_an_unknown_date_style_is_a_magma_error_and_a_value_error(em
                                              r"known: words, as_written\)$") as err:
             mem.answer("Where did Dana go?", Never(), dates="bad")
     refused(err.value, "UnknownDateStyleError", ValueError)
+
+
+def test_a_gguf_export_of_a_missing_file_is_a_magma_error_and_a_file_not_found_error(tmp_path, capsys):
+    from magma_torch.llm import gguf_export
+
+    missing = tmp_path / "missing.gguf"
+    with pytest.raises(FileNotFoundError, match=f"^gguf_export: no GGUF file at {re.escape(str(missing))}$") as err:
+        gguf_export.export_gguf(tmp_path / "out", missing)
+    refused(err.value, "GGUFNotFoundError", FileNotFoundError)
+    with pytest.raises(SystemExit) as stop:         # python -m magma_torch.llm.gguf_export: one line, status 2
+        gguf_export.main(["--out", str(tmp_path / "out"), "--gguf", str(missing)])
+    assert stop.value.code == 2 and capsys.readouterr().err == f"error: gguf_export: no GGUF file at {missing}\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("line, why", [("not json", "not JSON"),
+                                       ('{"text": "x"}', "no 'key'")])   # before: a bare KeyError
+def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_file_and_line(tmp_path, line, why):
+    # DamagedFileError is what a run folder's or a consolidation.cache's JSON-lines file raises for a damaged line
+    from magma_torch.llm.cache import CachedLLM
+
+    cache = tmp_path / "consolidation_cache.jsonl"
+    cache.write_text('{"key": "a", "text": "x"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: {why}") as err:
+        CachedLLM(type("Reader", (), {"name": "reader"})(), cache)
+    refused(err.value, "DamagedFileError", ValueError)
+
+
+def test_a_memory_opened_with_an_embedder_of_another_width_is_a_magma_error_and_a_value_error(emb, tmp_path):
+    class Narrow:          # an 8-dimensional embedder; the memory was written with the 384-dimensional default
+        dim, device = 8, "cpu"
+    # (the bundled question map refuses another width itself: without it the store is the first to see it)
+    no_map = {"retrieval": {"question_adapter": None}}
+    tenants, saved, export = tmp_path / "tenants", tmp_path / "saved", tmp_path / "export.jsonl"
+    with MagmaMemory(no_map, consolidation="none", embedder=emb, device="cpu", store_dir=tenants, namespace="u") as mem:
+        mem.add("Dana went hiking.", "2023-06-05 10:00", speaker="Dana")
+        mem.save(saved)
+        mem.export_jsonl(export)
+    for path, reopen in ((saved, lambda: MagmaMemory.load(saved, embedder=Narrow())),
+                         (saved, lambda: MagmaMemory.load(saved, embedder=Narrow(), read_only=True)),
+                         (export, lambda: MagmaMemory.import_jsonl(export, embedder=Narrow())),
+                         (tenants / "u" / "checkpoint",
+                          lambda: MagmaMemory(store_dir=tenants, namespace="u", embedder=Narrow(), device="cpu")),
+                         (tenants / "u" / "checkpoint",
+                          lambda: MagmaMemory.open_readonly(tenants, "u", embedder=Narrow()))):
+        with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: saved with 384-dim embeddings, the "
+                                             r"embedder gives 8; open it with the embedder it was saved with "
+                                             r"\(memory\.embedder\)$") as err:
+            reopen()
+        refused(err.value, "StoreMismatchError", ValueError)
+    with MagmaMemory(store_dir=tenants, namespace="u", embedder=emb, device="cpu") as mem:   # the refusals kept it
+        assert [e.text for e in mem.events()] == ["Dana went hiking."]
+
+
+LLM_CONSOLIDATION = "magma_torch.ingest.llm_consolidator.LLMConsolidator"
+
+
+class Reader:
+    name = "reader"
+
+    def generate(self, prompts, **kw):
+        raise AssertionError("the reader ran")
+
+
+def test_a_consolidators_refusal_is_raised_as_it_is_not_wrapped_by_hydra(emb, tmp_path):
+    # Hydra wraps what a _target_'s constructor raises in an InstantiationException, neither a MagmaError nor a
+    # ValueError: MagmaMemory re-raises the consolidator's own error, here the DamagedFileError of its cache
+    cache = tmp_path / "consolidation_cache.jsonl"
+    cache.write_text('{"key": "a", "text": "x"}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: expected a JSON object, got list$") as err:
+        MagmaMemory(consolidation={"_target_": LLM_CONSOLIDATION, "cache": str(cache)}, llm=Reader(), embedder=emb,
+                    device="cpu")
+    refused(err.value, "DamagedFileError", ValueError)
+
+
+def test_unknown_or_broken_supersession_rules_are_a_config_error_naming_the_setting(emb):
+    from magma_torch.ingest.supersession import load_rules
+
+    with pytest.raises(ValueError, match=r"^consolidation\.supersession: unknown rules 'nosuch', no conf/supersession/"
+                                         r"nosuch\.yaml \(known: default; null turns it off\)$") as err:
+        MagmaMemory(consolidation={"supersession": "nosuch"}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+    broken = load_rules("default")
+    kind = next(iter(broken["kinds"]))
+    broken["kinds"][kind]["patterns"][0]["pattern"] = "(unclosed"
+    with pytest.raises(ValueError, match=rf"^consolidation\.supersession: kinds\.{kind}: bad pattern "
+                                         r"'\(unclosed': missing \)") as err:
+        MagmaMemory(consolidation={"supersession": broken}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+
+
+def test_an_unknown_consolidation_prompt_is_a_config_error_naming_the_setting(emb):
+    from magma_torch.config.resolve import consolidation_config
+    from magma_torch.config.schema import CONSOLIDATION_PROMPTS
+    from magma_torch.ingest.llm_consolidator import SYSTEM_PROMPTS, LLMConsolidator
+
+    assert CONSOLIDATION_PROMPTS == tuple(SYSTEM_PROMPTS)     # the schema's choices are the prompts there are
+    named = r"^consolidation\.prompt_version: must be one of v1, v2, v3, got 'v9'$"
+    bad = {"_target_": LLM_CONSOLIDATION, "prompt_version": "v9"}
+    for refuse in (lambda: consolidation_config(bad),        # what magma-run checks before any work
+                   lambda: MagmaMemory(consolidation=bad, llm=Reader(), embedder=emb, device="cpu"),
+                   lambda: LLMConsolidator(Reader(), prompt_version="v9")):
+        with pytest.raises(ValueError, match=named) as err:
+            refuse()
+        refused(err.value, "ConfigError", ValueError)
+
+
+def test_an_unknown_openai_response_format_is_a_config_error_naming_the_setting():
+    # magma-run llm=openai llm.response_format=xml builds the backend through build_llm (Hydra's instantiate)
+    from magma_torch.llm import build_llm
+
+    named = r"^llm\.response_format must be json_schema or json_object, got 'xml'$"
+    with pytest.raises(ValueError, match=named) as err:
+        build_llm({"_target_": "magma_torch.llm.openai_backend.OpenAIBackend", "response_format": "xml",
+                   "require_key": False})
+    refused(err.value, "ConfigError", ValueError)

@@ -151,16 +151,19 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as err:
         ap.error(f"--config: {err}")
     # Every setting is checked before the memory is built: a bad one fails in one line, not after the run.
+    # A flag's value, else the config file's (run.<flag>), which the flag would have overridden.
     for flag, minimum in (("vector_backend", None), ("single_queries", 1), ("reference_queries", 0), ("events", 1),
                           ("queries", 1), ("batch", 1), ("threads", 1)):
-        value = getattr(args, flag)
-        if minimum is not None and value is not None and value < minimum:
-            ap.error(f"--{flag.replace('_', '-')} must be at least {minimum}, got {value}")
-        if value is not None:
-            cfg.run[flag] = value
+        given = getattr(args, flag)
+        value = cfg.run[flag] if given is None else given
+        if minimum is not None and value is not None and not (type(value) is int and value >= minimum):
+            named = f"--{flag.replace('_', '-')}" if given is not None else f"--config: run.{flag}"
+            ap.error(f"{named} must be at least {minimum}, got {value!r}")
+        cfg.run[flag] = value
     sizes = args.sweep_events or list(cfg.sweep.events)
-    if args.sweep and min(sizes) < 1:
-        ap.error(f"--sweep-events must be at least 1 each, got {sizes}")
+    if args.sweep and not all(type(n) is int and n >= 1 for n in sizes):
+        named = "--sweep-events" if args.sweep_events else "--config: sweep.events"
+        ap.error(f"{named} must be at least 1 each, got {sizes}")
     _check_device(ap, args.device)
     if args.json:
         _check_writable(ap, Path(args.json))

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from magma_torch.bench.reference import RowLists, reference_graph
 from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
 from magma_torch.config.resolve import settings, typed, yaml_option
-from magma_torch.config.schema import RetrievalConfig
+from magma_torch.config.schema import TEXT_SIGNALS, ConfigError, RetrievalConfig
 from magma_torch.hardware import cpu_flags, cpu_model, scan_probe
 from magma_torch.ingest import bulk
 from magma_torch.query.anchors import Anchors
@@ -52,6 +52,12 @@ def load_config(path: str | Path | None = None):
     memory = yaml_option(path.parent.parent / "memory", cfg.memory)
     cfg.retrieval = OmegaConf.merge(memory.retrieval, cfg.retrieval)   # typed: a bad override fails here
     cfg.chain_span, cfg.scan_dtype = memory.chain_span, memory.scan_dtype
+    # Synthetic questions are embeddings without words: a signal that reads the text would fail after the build
+    on = settings(typed(RetrievalConfig, cfg.retrieval, "retrieval")).active_signals
+    reading = [f"retrieval.signal_weights.{s}" for s in TEXT_SIGNALS if s in on]
+    if reading:
+        raise ConfigError(f"{path}: {', '.join(reading)} above 0, but the synthetic questions have no text to read: "
+                          "set them to 0, as conf/bench/default.yaml does")
     return cfg
 
 

@@ -164,6 +164,7 @@ class SlowPathConfig(Checked):
 
 # ---- retrieval ----
 SIGNALS = ("vector", "keyword", "time", "vector_context", "keyword_context", "episode", "speaker", "entity")
+TEXT_SIGNALS = ("keyword", "keyword_context", "speaker", "entity")   # the signals that read the question's text
 RELATIONS = ("temporal", "semantic", "causal", "entity", "episode")  # the relations the beam search walks
 INTENT_ROWS = ("WHY", "WHEN", "ENTITY", "uniform")
 KERNELS = ("auto", "torch", "numba")   # retrieval.kernel (query/kernel.py)
@@ -497,6 +498,9 @@ class HeuristicConsolidationConfig(ConsolidationConfig):
     cues: CueConfig = field(default_factory=CueConfig)
 
 
+CONSOLIDATION_PROMPTS = ("v1", "v2", "v3")   # consolidation.prompt_version (SYSTEM_PROMPTS of ingest/llm_consolidator.py)
+
+
 @dataclass
 class LLMConsolidationConfig(ConsolidationConfig):
     """LLM consolidation (ingest/llm_consolidator.py): causal links, entity mentions and knowledge
@@ -513,8 +517,9 @@ class LLMConsolidationConfig(ConsolidationConfig):
     # Neighbours per prompt (nearer hops, then most similar, then most recent)
     max_neighbours: int = setting(12, at_least(0))
     max_tokens: int = setting(256, at_least(1))   # generation budget per event
-    prompt_version: str = "v2"        # v2: causal links, entities and knowledge updates (supersedes); v1: without updates;
-                                      # v3: v2 rewritten for small models (speakers named, a worked example)
+    # v2: causal links, entities and knowledge updates (supersedes); v1: without updates;
+    # v3: v2 rewritten for small models (speakers named, a worked example)
+    prompt_version: str = setting("v2", OneOf(CONSOLIDATION_PROMPTS))
     max_chars_per_event: int = setting(400, at_least(1))   # event text longer than this is cut in the prompt
     temperature: float = setting(0.0, at_least(0))
     speaker_entity: bool = False      # speakers are event attributes; true restores the old speaker hub nodes

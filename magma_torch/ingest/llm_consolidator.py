@@ -265,10 +265,6 @@ class LLMConsolidator:
         if llm is None:
             raise ValueError("LLMConsolidator needs an llm (consolidation=llm with an llm config, "
                              "or MagmaMemory(..., llm=...))")
-        if not 0.0 <= float(min_confidence) <= 1.0:
-            raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence!r}")
-        if prompt_version not in SYSTEM_PROMPTS:
-            raise ValueError(f"unknown prompt_version {prompt_version!r} (known: {sorted(SYSTEM_PROMPTS)})")
         self.llm = llm if cache is None else CachedLLM(llm, cache)
         self.min_confidence = float(min_confidence)
         self.max_causal_per_event = int(max_causal_per_event)
@@ -279,7 +275,7 @@ class LLMConsolidator:
         self.max_chars_per_event = int(max_chars_per_event)
         self.speaker_entity, self.entities_in_text = bool(speaker_entity), bool(entities_in_text)
         self.max_supersedes_per_event = int(max_supersedes_per_event)
-        check(LLMConsolidationConfig, vars(self), "consolidation")
+        check(LLMConsolidationConfig, vars(self), "consolidation")   # min_confidence, prompt_version, ...: ConfigError
         # v3 asks each causal link for the words of n0 that state it, and keeps it only when they are there.
         self.stated_words = prompt_version not in ("v1", "v2")
         self.cues = CuePatterns.compile(asdict(_DEFAULTS.cues) if cues is None else cues)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
-from magma_torch.config import conf_root
+from magma_torch.config import conf_root, group_options
+from magma_torch.config.schema import ConfigError
 from magma_torch.ingest.consolidator import SupersessionLink
 
 
@@ -33,11 +34,13 @@ class Fact:
 
 
 def load_rules(rules: str | Mapping) -> dict:
-    """The rules of ``conf/supersession/<rules>.yaml``, or a mapping of the same shape."""
+    """The rules of ``conf/supersession/<rules>.yaml``, or a mapping of the same shape; an unknown
+    name (``consolidation.supersession``) raises ConfigError."""
     if isinstance(rules, str):
         file = conf_root() / "supersession" / f"{rules}.yaml"
         if not file.is_file():
-            raise ValueError(f"unknown supersession rules {rules!r}: no conf/supersession/{rules}.yaml")
+            raise ConfigError(f"consolidation.supersession: unknown rules {rules!r}, no conf/supersession/{rules}.yaml "
+                              f"(known: {', '.join(group_options('supersession'))}; null turns it off)")
         return OmegaConf.to_container(OmegaConf.create(file.read_text()), resolve=True)
     return OmegaConf.to_container(OmegaConf.create(dict(rules)), resolve=True)
 
@@ -71,7 +74,8 @@ class FactRules:
                 try:
                     rx = re.compile(p["pattern"])
                 except re.error as err:
-                    raise ValueError(f"supersession rules: kinds.{kind}: bad pattern {p['pattern']!r}: {err}") from None
+                    raise ConfigError(f"consolidation.supersession: kinds.{kind}: bad pattern {p['pattern']!r}: "
+                                      f"{err}") from None
                 self.kinds.append((kind, bool(spec.get("key")), keys, rx, p))
 
     def facts(self, text: str) -> list[Fact]:

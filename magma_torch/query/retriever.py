@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from magma_torch.config.schema import SIGNALS, RetrievalConfig
+from magma_torch.config.schema import SIGNALS, TEXT_SIGNALS, RetrievalConfig
 from magma_torch.query.adapter import QuestionAdapter
 from magma_torch.query.anchors import (Anchors, asked_phrase, context_candidates, context_scores, entity_ranking,
                                        episode_ranking, inside_windows, keep_inside, rrf_fuse, speaker_ranking,
@@ -213,7 +213,7 @@ class Retriever:
         k = {s: getattr(cfg.signal_top_k, s) for s in SIGNALS}
         ctx = cfg.context
         n_cand = ctx.candidates if on["vector_context"] or on["keyword_context"] else 0
-        if questions is None and (on["keyword"] or on["keyword_context"] or on["speaker"] or on["entity"]):
+        if questions is None and any(on[s] for s in TEXT_SIGNALS):
             raise ValueError("the keyword, speaker and entity signals need question texts; set retrieval.signal_weights."
                              "keyword, keyword_context, speaker and entity to 0 to rank embeddings alone")
         empty = torch.zeros((sim.batch_size, 0), dtype=torch.long, device=dev)

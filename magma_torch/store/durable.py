@@ -24,7 +24,7 @@ from typing import IO
 from magma_torch.errors import MagmaError
 from magma_torch.files import fsync_dir
 from magma_torch.store import live_read, persistence
-from magma_torch.store.persistence import CorruptSaveError, SavedStore, SaveNotFoundError
+from magma_torch.store.persistence import CorruptSaveError, SavedStore, SaveNotFoundError, StoreMismatchError
 from magma_torch.store.wal import WriteAheadLog
 
 CHECKPOINT, WAL, LOCK = "checkpoint", "wal.jsonl", ".lock"
@@ -47,10 +47,6 @@ class NamespaceNotEmptyError(MagmaError, FileExistsError):
 
 class StoreInUseError(MagmaError, RuntimeError):
     """Another memory, in this or another process, holds the folder open."""
-
-
-class StoreMismatchError(MagmaError, ValueError):
-    """The folder holds another namespace, or was written with other ingest settings."""
 
 
 class ReadOnlyError(MagmaError, RuntimeError):

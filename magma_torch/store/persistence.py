@@ -67,6 +67,11 @@ class SaveWouldOverwriteError(MagmaError, FileExistsError):
     names the path."""
 
 
+class StoreMismatchError(MagmaError, ValueError):
+    """A save or memory folder opened as something it is not: it holds another namespace, or was
+    written with other ingest settings or with embeddings of another dimension; names the path."""
+
+
 @dataclass
 class SavedStore:
     """A verified, parsed save folder (tensors on the CPU)."""
@@ -305,7 +310,8 @@ def load_store(saved: SavedStore, store: MemoryStore, keyword_text: Callable[[Ev
         raise ValueError("load_store needs an empty store")
     t, dim = saved.tensors, saved.state["counts"]["dim"]
     if dim != store.dim:
-        raise ValueError(f"{saved.path}: saved with {dim}-dim embeddings, the embedder gives {store.dim}")
+        raise StoreMismatchError(f"{saved.path}: saved with {dim}-dim embeddings, the embedder gives {store.dim}; "
+                                 "open it with the embedder it was saved with (memory.embedder)")
     with store.lock:
         rows = saved.events
         if tokens is None:
