@@ -66,24 +66,31 @@ class MagmaMemory:
         self.path = None if self._folder is None else self._folder.path
         self._read_only_view_of: Path | None = None  # the folder open_readonly read
         saved = None
+        self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
+        self.worker: SlowPathWorker | None = None
         if self._folder is not None:
             saved = self._folder.lock_and_read()
+        try:
             if saved is not None:
                 config = saved_config(saved.state["config"]) if config is None else config
                 consolidation = saved.state["consolidation"] if consolidation is None else consolidation
-        self.llm, self._owns_llm = llm, False  # the consolidation LLM (consolidation=llm)
-        self.config = memory_config(config)
-        self.consolidation_config = consolidation_config(consolidation)
-        self.namespace = namespace
-        cfg: MemoryConfig = settings(self.config)
-        self.device = resolve_device(device or cfg.device)
-        self.embedder = embedder or Embedder(device=self.device, **dataclasses.asdict(cfg.embedder))
-        self.store = self.new_store()
-        self.fast_cfg = cfg.fast_path
-        self.consolidator = self._make_consolidator()
-        self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path,
-                                     worker_settings(self.consolidation_config))
-        self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device), cfg.retrieval)
+            self.config = memory_config(config)
+            self.consolidation_config = consolidation_config(consolidation)
+            self.namespace = namespace
+            cfg: MemoryConfig = settings(self.config)
+            self.device = resolve_device(device or cfg.device)
+            self.embedder = embedder or Embedder(device=self.device, **dataclasses.asdict(cfg.embedder))
+            self.store = self.new_store()
+            self.fast_cfg = cfg.fast_path
+            self.consolidator = self._make_consolidator()
+            self.worker = SlowPathWorker(self.store, self.embedder, self.consolidator, cfg.slow_path,
+                                         worker_settings(self.consolidation_config))
+            self.retriever = Retriever(self.embedder, IntentClassifier.load(device=self.device), cfg.retrieval)
+        except BaseException:
+            # a bad setting must not leave the folder locked (a retry in this process would be refused
+            # while the traceback keeps the half-built memory alive) nor an LLM server running
+            self.close(checkpoint=False)
+            raise
         if self._folder is not None:
             self._open_store(saved, durable)
 
@@ -328,7 +335,8 @@ class MagmaMemory:
             if checkpoint and self._folder is not None and self._folder.holds_checkpoint():
                 self.checkpoint()
         finally:
-            self.worker.close()
+            if self.worker is not None:   # None: the memory failed to build before its slow path
+                self.worker.close()
             if self._folder is not None:
                 self._folder.close()
             if self._owns_llm and self.llm is not None:
