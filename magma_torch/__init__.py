@@ -23,7 +23,7 @@ _LAZY = {
     "ExplainError": "explain.cli", "ScreenshotError": "explain.screenshot",
     "DatasetError": "eval.datasets.base", "ConfigError": "config.schema", "CompareError": "eval.compare",
     "RunFolderError": "eval.run_folder", "AggregateError": "eval.aggregate", "OverrideError": "eval.overrides",
-    "TrackerError": "eval.tracking",
+    "TrackerError": "eval.tracking", "MissingDependencyError": "errors",
 }
 __all__ = ["MagmaError", *_LAZY]
 
