@@ -326,3 +326,14 @@ def test_a_missing_optional_package_is_a_magma_error_and_an_import_error_naming_
 def test_a_missing_spacy_pipeline_is_a_missing_dependency_too():
     assert issubclass(magma_torch.MissingNLPModel, magma_torch.MissingDependencyError)
 
+
+@pytest.mark.parametrize("device", ["bogus", "cuda:x"])
+def test_a_device_torch_cannot_parse_is_a_config_error_naming_the_setting(emb, device):
+    # before: torch's RuntimeError ("Expected one of cpu, cuda, ... device type at start of device string")
+    named = f"^device must be auto, cpu, cuda, cuda:N or another torch device, got {re.escape(repr(device))}$"
+    for refuse in (lambda: MagmaMemory(consolidation="none", embedder=emb, device=device),
+                   lambda: MagmaMemory({"device": device}, consolidation="none", embedder=emb)):
+        with pytest.raises(ValueError, match=named) as err:
+            refuse()
+        refused(err.value, "ConfigError", ValueError)
+
