@@ -16,7 +16,7 @@ _LAZY = {
     "IntegrityError": "store.integrity", "DamagedFileError": "files",
     "NamespaceError": "store.durable", "UnknownNamespaceError": "store.durable",
     "NamespaceNotEmptyError": "store.durable", "StoreInUseError": "store.durable",
-    "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable",
+    "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable", "StoreDirNotAFolderError": "store.durable",
     "LLMUnavailable": "llm.base", "LLMInterfaceError": "llm.base", "UnknownPromptError": "llm.prompts",
     "UnknownDateStyleError": "llm.answer_format", "OutputError": "llm.schema", "ModelError": "llm.models",
     "GGUFNotFoundError": "llm.gguf_export",

@@ -27,6 +27,7 @@ BUILTIN_BASE = {
     "ForgetError": ValueError, "SaveNotFoundError": FileNotFoundError, "SaveWouldOverwriteError": FileExistsError,
     "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError, "GGUFNotFoundError": FileNotFoundError,
     "DamagedFileError": ValueError, "MissingDependencyError": ImportError,
+    "StoreDirNotAFolderError": NotADirectoryError,
 }
 
 
@@ -337,3 +338,17 @@ def test_a_device_torch_cannot_parse_is_a_config_error_naming_the_setting(emb, d
             refuse()
         refused(err.value, "ConfigError", ValueError)
 
+
+def test_a_store_dir_that_is_a_file_is_a_magma_error_and_a_not_a_directory_error(emb, tmp_path):
+    # before: pathlib's bare NotADirectoryError (or FileExistsError for a namespace folder that is a file)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    for store_dir, namespace, what in (
+            (notes, "default", f"store_dir {notes}: a file, not a folder"),
+            (notes / "sub", "default", f"store_dir {notes / 'sub'}: {notes} is a file, not a folder"),
+            (tmp_path, "notes.txt", f"store_dir {tmp_path}: {notes} is a file, not the folder of namespace "
+                                    "'notes.txt'")):
+        with pytest.raises(NotADirectoryError, match=f"^{re.escape(what)}$") as err:
+            MagmaMemory(store_dir=store_dir, namespace=namespace, consolidation="none", embedder=emb, device="cpu")
+        refused(err.value, "StoreDirNotAFolderError", NotADirectoryError)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and notes.read_text() == "keep me"
