@@ -16,14 +16,14 @@ _LAZY = {
     "IntegrityError": "store.integrity", "DamagedFileError": "files",
     "NamespaceError": "store.durable", "UnknownNamespaceError": "store.durable",
     "NamespaceNotEmptyError": "store.durable", "StoreInUseError": "store.durable",
-    "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable",
+    "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable", "StoreDirNotAFolderError": "store.durable",
     "LLMUnavailable": "llm.base", "LLMInterfaceError": "llm.base", "UnknownPromptError": "llm.prompts",
     "UnknownDateStyleError": "llm.answer_format", "OutputError": "llm.schema", "ModelError": "llm.models",
     "GGUFNotFoundError": "llm.gguf_export",
     "ExplainError": "explain.cli", "ScreenshotError": "explain.screenshot",
     "DatasetError": "eval.datasets.base", "ConfigError": "config.schema", "CompareError": "eval.compare",
     "RunFolderError": "eval.run_folder", "AggregateError": "eval.aggregate", "OverrideError": "eval.overrides",
-    "TrackerError": "eval.tracking",
+    "TrackerError": "eval.tracking", "MissingDependencyError": "errors",
 }
 __all__ = ["MagmaError", *_LAZY]
 

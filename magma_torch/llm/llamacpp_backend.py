@@ -18,9 +18,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from magma_torch.errors import MissingDependencyError
+
 from .base import Generation, LLMUnavailable, Prompt
 from .models import check_model_file
-from .openai_backend import OpenAIBackend
+from .openai_backend import OpenAIBackend, _httpx
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,9 @@ def require_llama_cpp_server() -> None:
     """Fail with one line naming the extra when llama-cpp-python (with its server) is missing."""
     for mod in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "pydantic_settings", "starlette_context"):
         if importlib.util.find_spec(mod) is None:
-            raise ImportError(f"the llamacpp backend needs the llama.cpp server ({mod} is missing): "
-                              "pip install 'magma-torch[llamacpp]' (llama-cpp-python[server])")
+            raise MissingDependencyError(f"llm=llamacpp or a qwen2.5-coder preset (or the same judge=) needs the "
+                                         f"llama.cpp server ({mod} is missing): pip install 'magma-torch[llamacpp]' "
+                                         "(llama-cpp-python[server])")
 
 
 def _free_port() -> int:
@@ -117,7 +120,7 @@ class LlamaCppServer:
         return " | ".join([report[0], *(line.strip() for line in report[current:current + n + 1])])
 
     def _wait_ready(self, timeout_s: float) -> None:
-        import httpx
+        httpx = _httpx()
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

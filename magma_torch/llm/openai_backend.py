@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from magma_torch.config.schema import ConfigError
+from magma_torch.errors import MissingDependencyError
 
 from .base import Generation, LLMUnavailable, Prompt, Usage
 from .schema import OutputError, parse_output, schema_name, to_json_schema, to_messages
@@ -30,8 +31,9 @@ _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 def _httpx():
     try:
         import httpx
-    except ImportError as e:  # pragma: no cover - httpx is a core dependency
-        raise ImportError("the openai backend needs httpx: pip install httpx") from e
+    except ImportError as e:  # a core dependency, so only in a broken install
+        raise MissingDependencyError("llm=openai or llm=llamacpp (or the same judge=) needs httpx, a dependency of "
+                                     "magma-torch: pip install 'httpx>=0.27'") from e
     return httpx
 
 

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from magma_torch.errors import MissingDependencyError
+
 from .base import Generation, Prompt, Usage, finish_batch
 from .schema import OutputError, parse_output, to_json_schema, to_messages, with_json_instruction
 
@@ -23,7 +25,8 @@ def _import_transformers():
         import torch
         import transformers
     except ImportError as e:
-        raise ImportError("the transformers backend needs transformers: pip install 'magma-torch[transformers]'") from e
+        raise MissingDependencyError("llm=transformers (or judge=transformers) needs transformers: "
+                                     "pip install 'magma-torch[transformers]'") from e
     return torch, transformers
 
 
@@ -44,8 +47,9 @@ class TransformersBackend:
                 try:
                     __import__(mod)
                 except ImportError as e:
-                    raise ImportError(f"loading a GGUF file through transformers needs {mod}: "
-                                      "pip install 'magma-torch[transformers]'") from e
+                    raise MissingDependencyError(f"llm=transformers with a GGUF file (llm.model, llm.gguf_file; "
+                                                 f"the default bundled SmolLM2 is one) needs {mod}: "
+                                                 "pip install 'magma-torch[transformers]'") from e
         self.name = name
         self.usage = Usage()
         self.batch_size = max(1, int(batch_size))

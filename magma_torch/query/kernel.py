@@ -15,6 +15,7 @@ import importlib.util
 import torch
 
 from magma_torch.config.schema import KERNELS, ConfigError
+from magma_torch.errors import MissingDependencyError
 
 
 def resolve_kernel(kernel: str) -> str:
@@ -25,7 +26,8 @@ def resolve_kernel(kernel: str) -> str:
         return kernel
     if not _numba_installed():
         if kernel == "numba":
-            raise ImportError("retrieval.kernel=numba needs numba: pip install 'magma-torch[fast]'")
+            raise MissingDependencyError("retrieval.kernel=numba needs numba: pip install 'magma-torch[fast]' "
+                                         "(retrieval.kernel=auto runs without it)")
         return "torch"
     return "numba"
 

@@ -57,6 +57,10 @@ class NoStoreDirError(MagmaError, ValueError):
     """Durability or a checkpoint asked of a memory without a ``store_dir``."""
 
 
+class StoreDirNotAFolderError(MagmaError, NotADirectoryError):
+    """A ``store_dir``, a folder above it or its ``<namespace>`` folder is a file; names the file."""
+
+
 def check_namespace(namespace: str) -> str:
     """A namespace names a folder of its own: letters, digits, ``._-``, no path tricks."""
     if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
@@ -165,7 +169,10 @@ class DurableFolder:
 
     def lock_and_read(self) -> SavedStore | None:
         """Lock the folder, finish a checkpoint a crash interrupted, read the checkpoint (None: none yet)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except (NotADirectoryError, FileExistsError):   # a file where a folder is to be
+            raise self._not_a_folder() from None
         self._lock = lock_folder(self.path)
         try:
             persistence.recover_interrupted_save(self.path / CHECKPOINT)
@@ -173,6 +180,17 @@ class DurableFolder:
         except BaseException:
             self.close()
             raise
+
+    def _not_a_folder(self) -> StoreDirNotAFolderError:
+        """The refusal of a store_dir where a file stands in the way: store_dir itself, a folder
+        above it, or the namespace's folder."""
+        store_dir = self.path.parent
+        file = next((p for p in (*reversed(store_dir.parents), store_dir) if p.exists() and not p.is_dir()), None)
+        if file is None:
+            what = f"{self.path} is a file, not the folder of namespace {self.namespace!r}"
+        else:
+            what = "a file, not a folder" if file == store_dir else f"{file} is a file, not a folder"
+        return StoreDirNotAFolderError(f"store_dir {store_dir}: {what}")
 
     def open(self, saved: SavedStore | None, durable: bool, *, config: Mapping, stored_config: Mapping | None,
              restore: Callable[[SavedStore], None], apply: Callable[[dict], None],

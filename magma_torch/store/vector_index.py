@@ -11,6 +11,7 @@ import threading
 import torch
 
 from magma_torch.config.schema import MemoryConfig, check
+from magma_torch.errors import MissingDependencyError
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,8 @@ class VectorIndex:
         self.device = torch.device(device)
         faiss = _import_faiss() if backend in ("auto", "faiss") else None
         if backend == "faiss" and faiss is None:
-            raise ImportError("backend=faiss needs faiss: pip install 'magma-torch[faiss]' (or faiss-gpu on a cluster)")
+            raise MissingDependencyError("vector_backend=faiss needs faiss: pip install 'magma-torch[faiss]' "
+                                         "(or faiss-gpu on a cluster; vector_backend=auto runs without it)")
         self._index = None
         if faiss is not None:
             self._index = faiss.IndexFlatIP(dim)
@@ -45,7 +47,8 @@ class VectorIndex:
                     self._res = faiss.StandardGpuResources()
                     self._index = faiss.index_cpu_to_gpu(self._res, self.device.index or 0, self._index)
                 elif backend == "faiss":
-                    raise ImportError("backend=faiss on cuda needs faiss-gpu")
+                    raise MissingDependencyError("vector_backend=faiss on cuda needs faiss-gpu (from conda or the "
+                                                 "cluster; pip's faiss-cpu has no GPU index)")
                 else:
                     self._index = None
         self.backend = "faiss" if self._index is not None else "torch"

@@ -39,9 +39,14 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The torch device of the setting ``device`` ("auto": cuda when present); one torch cannot
+    parse is a ConfigError naming the setting, not torch's RuntimeError."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"device must be auto, cpu, cuda, cuda:N or another torch device, got {device!r}") from None
 
 
 def model_positions(model) -> int | None:
