@@ -500,7 +500,7 @@ def test_llm_server_killed_mid_consolidation_fails_events_with_a_reason(embedder
 
 
 @pytest.mark.parametrize("bad", [{"retrieval": {"question_adapter": "no/such/map.safetensors"}},
-                                 {"embedder": {"max_seq_length": 100_000}}])
+                                 {"embedder": {"max_seq_length": 100_000}}, {"device": "bogus"}])
 def test_a_memory_that_fails_to_build_leaves_its_folder_free(embedder, tmp_path, bad):
     """A bad setting found after the folder is locked (the retriever's map, the embedder's length) is
     refused, and the same namespace opens at once in this process, although the kept traceback
@@ -509,7 +509,7 @@ def test_a_memory_that_fails_to_build_leaves_its_folder_free(embedder, tmp_path,
 
     with pytest.raises(ConfigError) as refused:
         MagmaMemory(bad, "none", store_dir=tmp_path, durable=True,
-                    embedder=None if "embedder" in bad else embedder, device="cpu")
+                    embedder=None if "embedder" in bad else embedder, device=None if "device" in bad else "cpu")
     assert refused.traceback        # the half-built memory is still referenced from here
     with MagmaMemory(None, "none", store_dir=tmp_path, durable=True, embedder=embedder, device="cpu") as mem:
         mem.add("opened after the refusal", 1_700_000_000)
