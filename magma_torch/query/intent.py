@@ -12,7 +12,6 @@ conf/intent/default.yaml and are recorded in the sidecar, so a loaded head carri
 from __future__ import annotations
 
 import functools
-
 import json
 import re
 from importlib import resources
