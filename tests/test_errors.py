@@ -1,5 +1,6 @@
 """Every public error is a MagmaError and keeps its builtin base, so a caller may catch either."""
 import functools
+import json
 import re
 import sys
 
@@ -156,16 +157,35 @@ def test_a_gguf_export_of_a_missing_file_is_a_magma_error_and_a_file_not_found_e
     assert list(tmp_path.iterdir()) == []
 
 
+# a whole line of a consolidation.cache file
+WHOLE = {"key": "a", "text": "x", "parsed": None, "prompt_tokens": 1, "completion_tokens": 1, "seconds": 0.5}
+
+
 @pytest.mark.parametrize("line, why", [("not json", "not JSON"),
-                                       ('{"text": "x"}', "no 'key'")])   # before: a bare KeyError
+                                       ('{"text": "x"}', "no 'key'"),     # before: a bare KeyError
+                                       # a key without the rest: before, a KeyError once the line was reused
+                                       ('{"key": "b", "text": "x"}', "no 'parsed'")])
 def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_file_and_line(tmp_path, line, why):
     # DamagedFileError is what a run folder's or a consolidation.cache's JSON-lines file raises for a damaged line
     from magma_torch.llm.cache import CachedLLM
 
     cache = tmp_path / "consolidation_cache.jsonl"
-    cache.write_text('{"key": "a", "text": "x"}\n' + line + "\n")
+    cache.write_text(json.dumps(WHOLE) + "\n" + line + "\n")
     with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: {why}") as err:
         CachedLLM(type("Reader", (), {"name": "reader"})(), cache)
+    refused(err.value, "DamagedFileError", ValueError)
+
+
+@pytest.mark.parametrize("line, why", [("not json", "not JSON"),
+                                       ('{"key": "b", "text": "x", "parsed": null}', "no 'prompt_tokens'")])
+def test_the_cost_of_a_damaged_generation_cache_is_refused_naming_file_and_line(tmp_path, line, why):
+    # llm.cache.cost (llm_graph_audit) sums every line's tokens and seconds: before, a KeyError or a JSON error
+    from magma_torch.llm.cache import cost
+
+    cache = tmp_path / "consolidation_cache.jsonl"
+    cache.write_text(json.dumps(WHOLE) + "\n" + line + "\n")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: {why}") as err:
+        cost(cache)
     refused(err.value, "DamagedFileError", ValueError)
 
 
@@ -209,7 +229,7 @@ def test_a_consolidators_refusal_is_raised_as_it_is_not_wrapped_by_hydra(emb, tm
     # Hydra wraps what a _target_'s constructor raises in an InstantiationException, neither a MagmaError nor a
     # ValueError: MagmaMemory re-raises the consolidator's own error, here the DamagedFileError of its cache
     cache = tmp_path / "consolidation_cache.jsonl"
-    cache.write_text('{"key": "a", "text": "x"}\n[1, 2]\n')
+    cache.write_text(json.dumps(WHOLE) + "\n[1, 2]\n")
     with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: expected a JSON object, got list$") as err:
         MagmaMemory(consolidation={"_target_": LLM_CONSOLIDATION, "cache": str(cache)}, llm=Reader(), embedder=emb,
                     device="cpu")
