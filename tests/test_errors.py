@@ -252,6 +252,28 @@ def test_unknown_or_broken_supersession_rules_are_a_config_error_naming_the_sett
     refused(err.value, "ConfigError", ValueError)
 
 
+@pytest.mark.parametrize("drop, named", [
+    (("hedges",), r"no 'hedges'"),
+    (("confidence", "cue"), r"confidence: no 'cue'"),            # before: a KeyError at the first add it read
+    (("kinds", "KIND", "patterns"), r"kinds\.{kind}: no 'patterns'"),
+    (("kinds", "KIND", "patterns", 0, "pattern"), r"kinds\.{kind}\.patterns\[0\]: no 'pattern'")])
+def test_a_supersession_rules_mapping_without_a_required_key_is_a_config_error_naming_it(emb, drop, named):
+    # consolidation.supersession given as a mapping is used as it is: before, a missing key was a bare KeyError
+    # that Hydra wrapped in an InstantiationException
+    from magma_torch.ingest.supersession import load_rules
+
+    rules = load_rules("default")
+    kind = next(iter(rules["kinds"]))
+    *path, last = [kind if step == "KIND" else step for step in drop]   # the first kind of the rules
+    inner = rules
+    for step in path:
+        inner = inner[step]
+    del inner[last]
+    with pytest.raises(ValueError, match="^consolidation\\.supersession: " + named.format(kind=kind)) as err:
+        MagmaMemory(consolidation={"supersession": rules}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+
+
 def test_an_unknown_consolidation_prompt_is_a_config_error_naming_the_setting(emb):
     from magma_torch.config.resolve import consolidation_config
     from magma_torch.config.schema import CONSOLIDATION_PROMPTS
