@@ -274,6 +274,35 @@ def test_a_supersession_rules_mapping_without_a_required_key_is_a_config_error_n
     refused(err.value, "ConfigError", ValueError)
 
 
+@pytest.mark.parametrize("target, why", [
+    ("nosuch.module.Consolidator", r"Error loading 'nosuch\.module\.Consolidator': ModuleNotFoundError\(\"No module "
+                                   r"named 'nosuch'\"\); Are you sure that module 'nosuch' is installed\?"),
+    ("magma_torch.ingest.heuristic.NoSuch", r"Error loading 'magma_torch\.ingest\.heuristic\.NoSuch': .*; Are you "
+                                            r"sure that 'NoSuch' is importable from module "
+                                            r"'magma_torch\.ingest\.heuristic'\?"),
+    ("magma_torch.ingest.heuristic", r"Expected a callable target, got '<module 'magma_torch\.ingest\.heuristic' "
+                                     r".*' of type 'module'")])
+def test_a_consolidation_target_that_is_not_there_is_a_config_error_naming_it(emb, target, why):
+    # before: Hydra's InstantiationException ("Error locating target ..."), neither a MagmaError nor a ValueError;
+    # the ConfigError keeps what Hydra said, in one line
+    named = rf"^consolidation\._target_: cannot build {re.escape(repr(target))}: {why}$"
+    with pytest.raises(ValueError, match=named) as err:
+        MagmaMemory(consolidation={"_target_": target}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+
+
+def test_a_magma_error_raised_importing_the_consolidation_target_is_raised_as_it_is(emb, tmp_path, monkeypatch):
+    # Hydra wraps it twice (an ImportError of its own, then an InstantiationException): the MagmaError comes out
+    (tmp_path / "needs_an_extra.py").write_text(
+        "from magma_torch.errors import MissingDependencyError\n"
+        "raise MissingDependencyError('consolidation._target_ needs somepkg: pip install magma-torch[some]')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ImportError, match=r"^consolidation\._target_ needs somepkg: pip install magma-torch\[some\]$") \
+            as err:
+        MagmaMemory(consolidation={"_target_": "needs_an_extra.Consolidator"}, embedder=emb, device="cpu")
+    refused(err.value, "MissingDependencyError", ImportError)
+
+
 def test_an_unknown_consolidation_prompt_is_a_config_error_naming_the_setting(emb):
     from magma_torch.config.resolve import consolidation_config
     from magma_torch.config.schema import CONSOLIDATION_PROMPTS
