@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -60,30 +60,33 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         f.write(text)
 
 
-def read_complete_lines(path: Path, cut: bool = True, key: str | None = None) -> list[dict]:
+def read_complete_lines(path: Path, cut: bool = True, key: str | Sequence[str] | None = None) -> list[dict]:
     """The JSON lines of ``path`` that were written whole (none when it does not exist); with
     ``cut`` the file is then cut back to them (``cut_torn_line``). A whole line that is not a JSON
-    object, or lacks ``key`` when one is given, raises DamagedFileError before anything is cut."""
+    object, or lacks ``key`` (or one of the keys ``key`` lists) when one is given, raises
+    DamagedFileError before anything is cut."""
     if not path.exists():
         return []
     data = path.read_bytes()
     whole = data[: data.rfind(b"\n") + 1]
-    lines = [_json_object(line, path, number, key) for number, line in enumerate(whole.splitlines(), 1)
+    keys = (key,) if isinstance(key, str) else tuple(key or ())
+    lines = [_json_object(line, path, number, keys) for number, line in enumerate(whole.splitlines(), 1)
              if line.strip()]
     if cut:
         cut_torn_line(path)
     return lines
 
 
-def _json_object(line: bytes, path: Path, number: int, key: str | None) -> dict:
+def _json_object(line: bytes, path: Path, number: int, keys: tuple[str, ...]) -> dict:
     try:
         value = json.loads(line)
     except ValueError as e:   # invalid JSON or invalid UTF-8
         raise DamagedFileError(f"{path} line {number}: not JSON ({e})") from None
     if not isinstance(value, dict):
         raise DamagedFileError(f"{path} line {number}: expected a JSON object, got {type(value).__name__}")
-    if key is not None and key not in value:
-        raise DamagedFileError(f"{path} line {number}: no {key!r}")
+    missing = next((k for k in keys if k not in value), None)
+    if missing is not None:
+        raise DamagedFileError(f"{path} line {number}: no {missing!r}")
     return value
 
 

@@ -526,15 +526,29 @@ class MagmaMemory:
         self.worker.load_state_dict(saved.state["worker"])
 
 
+# the starts of Hydra's messages for a _target_ it cannot import or that is no class (nothing was called)
+_NO_TARGET = ("Error locating target", "Expected a callable target")
+
+
 def _instantiate(cfg: DictConfig, **kwargs):
     """The consolidator ``cfg`` names. Hydra wraps what its constructor raises in an
     InstantiationException, not a MagmaError nor the builtin; a MagmaError (a damaged
-    ``consolidation.cache``, an unknown setting) is raised as it is, in one line."""
+    ``consolidation.cache``, an unknown setting, a missing package its module imports) is raised
+    as it is, in one line. A ``_target_`` that cannot be imported or is no class is a ConfigError
+    naming ``consolidation._target_`` with what Hydra said; any other Hydra error is raised as it is."""
     try:
         return hydra.utils.instantiate(cfg, **kwargs)
     except InstantiationException as err:
-        if isinstance(err.__cause__, MagmaError):
-            raise err.__cause__ from None
+        cause = err.__cause__
+        if isinstance(cause, MagmaError):
+            raise cause from None
+        if str(err).startswith(_NO_TARGET):
+            if isinstance(cause.__cause__ if cause is not None else None, MagmaError):   # raised importing it
+                raise cause.__cause__ from None
+            text = str(cause).strip() if cause is not None else ""
+            lines = [line.strip() for line in (text or str(err)).splitlines() if line.strip()]
+            said = "".join(line + (" " if line.endswith(":") else "; ") for line in lines[:-1]) + lines[-1]
+            raise ConfigError(f"consolidation._target_: cannot build {cfg.get('_target_')!r}: {said}") from None
         raise
 
 

@@ -1,5 +1,6 @@
 """Every public error is a MagmaError and keeps its builtin base, so a caller may catch either."""
 import functools
+import json
 import re
 import sys
 
@@ -156,16 +157,35 @@ def test_a_gguf_export_of_a_missing_file_is_a_magma_error_and_a_file_not_found_e
     assert list(tmp_path.iterdir()) == []
 
 
+# a whole line of a consolidation.cache file
+WHOLE = {"key": "a", "text": "x", "parsed": None, "prompt_tokens": 1, "completion_tokens": 1, "seconds": 0.5}
+
+
 @pytest.mark.parametrize("line, why", [("not json", "not JSON"),
-                                       ('{"text": "x"}', "no 'key'")])   # before: a bare KeyError
+                                       ('{"text": "x"}', "no 'key'"),     # before: a bare KeyError
+                                       # a key without the rest: before, a KeyError once the line was reused
+                                       ('{"key": "b", "text": "x"}', "no 'parsed'")])
 def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_file_and_line(tmp_path, line, why):
     # DamagedFileError is what a run folder's or a consolidation.cache's JSON-lines file raises for a damaged line
     from magma_torch.llm.cache import CachedLLM
 
     cache = tmp_path / "consolidation_cache.jsonl"
-    cache.write_text('{"key": "a", "text": "x"}\n' + line + "\n")
+    cache.write_text(json.dumps(WHOLE) + "\n" + line + "\n")
     with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: {why}") as err:
         CachedLLM(type("Reader", (), {"name": "reader"})(), cache)
+    refused(err.value, "DamagedFileError", ValueError)
+
+
+@pytest.mark.parametrize("line, why", [("not json", "not JSON"),
+                                       ('{"key": "b", "text": "x", "parsed": null}', "no 'prompt_tokens'")])
+def test_the_cost_of_a_damaged_generation_cache_is_refused_naming_file_and_line(tmp_path, line, why):
+    # llm.cache.cost (llm_graph_audit) sums every line's tokens and seconds: before, a KeyError or a JSON error
+    from magma_torch.llm.cache import cost
+
+    cache = tmp_path / "consolidation_cache.jsonl"
+    cache.write_text(json.dumps(WHOLE) + "\n" + line + "\n")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: {why}") as err:
+        cost(cache)
     refused(err.value, "DamagedFileError", ValueError)
 
 
@@ -209,7 +229,7 @@ def test_a_consolidators_refusal_is_raised_as_it_is_not_wrapped_by_hydra(emb, tm
     # Hydra wraps what a _target_'s constructor raises in an InstantiationException, neither a MagmaError nor a
     # ValueError: MagmaMemory re-raises the consolidator's own error, here the DamagedFileError of its cache
     cache = tmp_path / "consolidation_cache.jsonl"
-    cache.write_text('{"key": "a", "text": "x"}\n[1, 2]\n')
+    cache.write_text(json.dumps(WHOLE) + "\n[1, 2]\n")
     with pytest.raises(ValueError, match=f"^{re.escape(str(cache))} line 2: expected a JSON object, got list$") as err:
         MagmaMemory(consolidation={"_target_": LLM_CONSOLIDATION, "cache": str(cache)}, llm=Reader(), embedder=emb,
                     device="cpu")
@@ -230,6 +250,57 @@ def test_unknown_or_broken_supersession_rules_are_a_config_error_naming_the_sett
                                          r"'\(unclosed': missing \)") as err:
         MagmaMemory(consolidation={"supersession": broken}, embedder=emb, device="cpu")
     refused(err.value, "ConfigError", ValueError)
+
+
+@pytest.mark.parametrize("drop, named", [
+    (("hedges",), r"no 'hedges'"),
+    (("confidence", "cue"), r"confidence: no 'cue'"),            # before: a KeyError at the first add it read
+    (("kinds", "KIND", "patterns"), r"kinds\.{kind}: no 'patterns'"),
+    (("kinds", "KIND", "patterns", 0, "pattern"), r"kinds\.{kind}\.patterns\[0\]: no 'pattern'")])
+def test_a_supersession_rules_mapping_without_a_required_key_is_a_config_error_naming_it(emb, drop, named):
+    # consolidation.supersession given as a mapping is used as it is: before, a missing key was a bare KeyError
+    # that Hydra wrapped in an InstantiationException
+    from magma_torch.ingest.supersession import load_rules
+
+    rules = load_rules("default")
+    kind = next(iter(rules["kinds"]))
+    *path, last = [kind if step == "KIND" else step for step in drop]   # the first kind of the rules
+    inner = rules
+    for step in path:
+        inner = inner[step]
+    del inner[last]
+    with pytest.raises(ValueError, match="^consolidation\\.supersession: " + named.format(kind=kind)) as err:
+        MagmaMemory(consolidation={"supersession": rules}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+
+
+@pytest.mark.parametrize("target, why", [
+    ("nosuch.module.Consolidator", r"Error loading 'nosuch\.module\.Consolidator': ModuleNotFoundError\(\"No module "
+                                   r"named 'nosuch'\"\); Are you sure that module 'nosuch' is installed\?"),
+    ("magma_torch.ingest.heuristic.NoSuch", r"Error loading 'magma_torch\.ingest\.heuristic\.NoSuch': .*; Are you "
+                                            r"sure that 'NoSuch' is importable from module "
+                                            r"'magma_torch\.ingest\.heuristic'\?"),
+    ("magma_torch.ingest.heuristic", r"Expected a callable target, got '<module 'magma_torch\.ingest\.heuristic' "
+                                     r".*' of type 'module'")])
+def test_a_consolidation_target_that_is_not_there_is_a_config_error_naming_it(emb, target, why):
+    # before: Hydra's InstantiationException ("Error locating target ..."), neither a MagmaError nor a ValueError;
+    # the ConfigError keeps what Hydra said, in one line
+    named = rf"^consolidation\._target_: cannot build {re.escape(repr(target))}: {why}$"
+    with pytest.raises(ValueError, match=named) as err:
+        MagmaMemory(consolidation={"_target_": target}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+
+
+def test_a_magma_error_raised_importing_the_consolidation_target_is_raised_as_it_is(emb, tmp_path, monkeypatch):
+    # Hydra wraps it twice (an ImportError of its own, then an InstantiationException): the MagmaError comes out
+    (tmp_path / "needs_an_extra.py").write_text(
+        "from magma_torch.errors import MissingDependencyError\n"
+        "raise MissingDependencyError('consolidation._target_ needs somepkg: pip install magma-torch[some]')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ImportError, match=r"^consolidation\._target_ needs somepkg: pip install magma-torch\[some\]$") \
+            as err:
+        MagmaMemory(consolidation={"_target_": "needs_an_extra.Consolidator"}, embedder=emb, device="cpu")
+    refused(err.value, "MissingDependencyError", ImportError)
 
 
 def test_an_unknown_consolidation_prompt_is_a_config_error_naming_the_setting(emb):

@@ -1,6 +1,7 @@
 """The paired bootstrap (qa_metrics.paired_bootstrap, eval/compare.py) and experiments/qa_table.py
 on small synthetic QA run folders."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,20 @@ def test_runs_over_other_questions_or_unfinished_runs_are_refused(tmp_path):
     (b / "metrics.json").unlink()
     with pytest.raises(CompareError, match=f"{b}: no metrics.json"):
         paired_difference(a, b)
+
+
+@pytest.mark.parametrize("line, why", [("not json", "not JSON"),                     # before: a JSONDecodeError
+                                       ('{"category": "single-hop", "f1": 1.0}', "no 'question_id'")])   # KeyError
+def test_a_damaged_scores_line_is_a_damaged_file_error_naming_file_and_line(tmp_path, line, why):
+    from magma_torch import DamagedFileError
+
+    a = make_run(tmp_path, "magma", {"q1": 1.0, "q2": 0.5})
+    b = make_run(tmp_path, "hybrid_rag", {"q1": 1.0, "q2": 0.5})
+    scores = b / "scores.jsonl"
+    scores.write_text(scores.read_text() + line + "\n")
+    with pytest.raises(DamagedFileError, match=f"^{re.escape(str(scores))} line 3: {why}"):
+        paired_difference(a, b)
+    assert scores.read_text().endswith(line + "\n")       # a comparison reads the folder, never cuts it
 
 
 def test_qa_table_writes_every_memory_and_the_interval(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 from magma_torch.errors import MagmaError
 from magma_torch.eval.qa_metrics import paired_bootstrap
 from magma_torch.eval.run_folder import counted
+from magma_torch.files import read_complete_lines
 
 # left out as in metrics.json's `overall`: their F1 is LoCoMo's abstention rule, reported apart
 EXCLUDED = {"adversarial"}
@@ -27,7 +28,8 @@ def read_scores(folder: Path) -> dict[str, dict]:
     if not path.is_file():
         raise CompareError(f"{folder}: no scores.jsonl; rerun its magma-run command (same out_dir), which "
                            "writes it from predictions.jsonl")
-    rows = [r for r in map(json.loads, path.read_text().splitlines()) if r]
+    # a damaged line (not a JSON object, no question_id) is a DamagedFileError naming the file and line
+    rows = read_complete_lines(path, cut=False, key="question_id")
     return {r["question_id"]: r for r in counted(json.loads((folder / "metrics.json").read_text()), rows)}
 
 

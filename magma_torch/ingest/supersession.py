@@ -55,10 +55,28 @@ _CLAUSE_END = re.compile(r"[.,;:!?()\"\[\]]|\s[-–—]\s")
 _WORD = re.compile(r"[a-z0-9][a-z0-9'&.-]*")
 
 
+# what a rules mapping must hold (conf/supersession/default.yaml documents each)
+RULE_KEYS = ("confidence", "max_per_event", "value_words", "number_words", "plurals", "change_cues", "hedges",
+             "value_skip", "value_stops", "kinds")
+CONFIDENCES = ("change", "cue", "negates")
+
+
+def _require(mapping: Mapping, keys, where: str = "") -> None:
+    """A rules mapping (or the part of it at ``where``) without one of ``keys`` raises ConfigError naming
+    consolidation.supersession and the keys missing, instead of a KeyError when the rules are first read."""
+    missing = [k for k in keys if k not in mapping]
+    if missing:
+        raise ConfigError(f"consolidation.supersession: {where}no {', '.join(map(repr, missing))} "
+                          "(conf/supersession/default.yaml shows the rules' keys)")
+
+
 class FactRules:
-    """Compiled rules: ``facts(text)`` lists the attribute statements of a text."""
+    """Compiled rules: ``facts(text)`` lists the attribute statements of a text; a mapping without
+    a key the rules need raises ConfigError naming it."""
 
     def __init__(self, rules: Mapping):
+        _require(rules, RULE_KEYS)
+        _require(rules["confidence"], CONFIDENCES, "confidence: ")
         self.rules = dict(rules)
         self.confidence = dict(rules["confidence"])
         self.max_per_event = int(rules["max_per_event"])
@@ -69,8 +87,10 @@ class FactRules:
         self.skip, self.stops = set(rules["value_skip"]), set(rules["value_stops"])
         self.kinds = []
         for kind, spec in rules["kinds"].items():
+            _require(spec, ("patterns",), f"kinds.{kind}: ")
             keys = set(spec.get("keys") or ()) or None
-            for p in spec["patterns"]:
+            for i, p in enumerate(spec["patterns"]):
+                _require(p, ("pattern",), f"kinds.{kind}.patterns[{i}]: ")
                 try:
                     rx = re.compile(p["pattern"])
                 except re.error as err:

@@ -31,6 +31,10 @@ from .base import LLM, Generation, Prompt, checked_generate
 from .schema import to_json_schema
 
 
+# what each line keeps: a line without one of them is damaged (a hand edit, another tool's file)
+FIELDS = ("key", "text", "parsed", "prompt_tokens", "completion_tokens", "seconds")
+
+
 class CachedLLM:
     """``llm`` behind the generation file ``path`` (created on first use). ``usage`` counts only
     the calls that reached the model; ``hits`` counts those the file answered."""
@@ -40,8 +44,9 @@ class CachedLLM:
         self.name = llm.name
         self.hits = 0
         self._lock = threading.Lock()
-        # a line that is not a JSON object with a key is refused (DamagedFileError), naming the file and line
-        self._lines: dict[str, dict] = {line["key"]: line for line in read_complete_lines(self.path, key="key")}
+        # a line that is not a JSON object with every field of a kept generation is refused (DamagedFileError),
+        # naming the file and line, before any is reused
+        self._lines: dict[str, dict] = {line["key"]: line for line in read_complete_lines(self.path, key=FIELDS)}
 
     @property
     def usage(self):
@@ -99,7 +104,7 @@ def _generation(line: dict, schema: dict | type | None) -> Generation:
 
 def cost(path: str | Path) -> dict:
     """What the generations kept in ``path`` cost: their count, tokens and seconds, in all and per generation."""
-    lines = read_complete_lines(Path(path), cut=False)
+    lines = read_complete_lines(Path(path), cut=False, key=FIELDS)   # a damaged line: DamagedFileError
     n = len(lines)
     total = {k: sum(line[k] for line in lines) for k in ("prompt_tokens", "completion_tokens", "seconds")}
     return {"generations": n, **total, "per_generation": {k: v / n if n else 0.0 for k, v in total.items()}}
