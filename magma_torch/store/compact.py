@@ -95,10 +95,7 @@ def relinked(c: Compacted, rel: str, rows: Collection[int], edges: Sequence[tupl
     keep = ~torch.isin(s, torch.tensor(sorted(rows), dtype=torch.long))
     new_s, new_d, new_w = (torch.tensor(col, dtype=dt) for col, dt in
                            zip(zip(*edges) if edges else ([], [], []), (torch.long, torch.long, w.dtype)))
-    out = {**t, **_as_edges(rel, torch.cat([s[keep], new_s]), torch.cat([d[keep], new_d]), torch.cat([w[keep], new_w]))}
-    counts = c.saved.state["counts"]
-    counts = {**counts, "edges": {**counts["edges"], rel: int(out[f"graph.{rel}.src"].numel())}}
-    return replace(c, saved=replace(c.saved, tensors=out, state={**c.saved.state, "counts": counts}))
+    return _with_edges(c, rel, torch.cat([s[keep], new_s]), torch.cat([d[keep], new_d]), torch.cat([w[keep], new_w]))
 
 
 def mentioned(c: Compacted, rows: Collection[int], mentions: Sequence[tuple[int, object]], new: Sequence,
@@ -141,16 +138,11 @@ def cleared(c: Compacted, rows: Collection[int]) -> Compacted:
     forgotten: consolidation that names it again makes it again)."""
     if not rows:
         return c
-    t, out = c.saved.tensors, {}
-    picked = torch.tensor(sorted(rows), dtype=torch.long)
+    picked, unlinked = torch.tensor(sorted(rows), dtype=torch.long), c
     for rel in ("causal", "supersedes"):
-        s, d, w = edges_of(t, rel)
+        s, d, w = edges_of(unlinked.saved.tensors, rel)
         keep = ~(torch.isin(s, picked) | torch.isin(d, picked))
-        out.update(_as_edges(rel, s[keep], d[keep], w[keep]))
-    counts = c.saved.state["counts"]
-    counts = {**counts, "edges": {**counts["edges"], **{rel: int(out[f"graph.{rel}.src"].numel())
-                                                        for rel in ("causal", "supersedes")}}}
-    unlinked = replace(c, saved=replace(c.saved, tensors={**t, **out}, state={**c.saved.state, "counts": counts}))
+        unlinked = _with_edges(unlinked, rel, s[keep], d[keep], w[keep])
     return replace(mentioned(unlinked, rows, [], [], None), entities=c.entities)
 
 
@@ -189,6 +181,14 @@ def _rebuilt(saved: SavedStore, order: Sequence[int], detach: Collection[int]) -
 def edges_of(t: dict, rel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A capture's ``rel`` edges: (src, dst, weight)."""
     return t[f"graph.{rel}.src"], t[f"graph.{rel}.dst"], t[f"graph.{rel}.weight"]
+
+
+def _with_edges(c: Compacted, rel: str, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor) -> Compacted:
+    """``c`` with its ``rel`` edges replaced by (src, dst, weight), its edge count following."""
+    counts = c.saved.state["counts"]
+    counts = {**counts, "edges": {**counts["edges"], rel: int(src.numel())}}
+    return replace(c, saved=replace(c.saved, tensors={**c.saved.tensors, **_as_edges(rel, src, dst, weight)},
+                                    state={**c.saved.state, "counts": counts}))
 
 
 def _as_edges(rel: str, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor | None = None) -> dict:
