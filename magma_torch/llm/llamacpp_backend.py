@@ -22,7 +22,7 @@ from magma_torch.errors import MissingDependencyError
 
 from .base import Generation, LLMUnavailable, Prompt
 from .models import check_model_file
-from .openai_backend import OpenAIBackend, _httpx
+from .openai_backend import OpenAIBackend, import_httpx
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class LlamaCppServer:
         return " | ".join([report[0], *(line.strip() for line in report[current:current + n + 1])])
 
     def _wait_ready(self, timeout_s: float) -> None:
-        httpx = _httpx()
+        httpx = import_httpx()
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
-def _httpx():
+def import_httpx():
+    """httpx, imported when a backend first talks to a server (the llama.cpp backend's readiness wait too)."""
     try:
         import httpx
     except ImportError as e:  # a core dependency, so only in a broken install
@@ -48,7 +49,7 @@ class OpenAIBackend:
                  backoff_s: float = 1.0, max_backoff_s: float = 30.0, strict: bool = True,
                  response_format: str = "json_schema", check: bool = True, name: str = "openai",
                  extra_body: dict | None = None):
-        httpx = _httpx()
+        httpx = import_httpx()
         self.name = name
         self.usage = Usage()
         self.base_url = base_url.rstrip("/")
@@ -86,7 +87,7 @@ class OpenAIBackend:
     # -- start-up --------------------------------------------------------------------------
     def check(self) -> None:
         """GET /models with a short timeout; raise LLMUnavailable if unreachable or the key is refused."""
-        httpx = _httpx()
+        httpx = import_httpx()
         url = f"{self.base_url}/models"
         try:
             r = self._client.get(url, timeout=self._connect_timeout_s)
@@ -117,7 +118,7 @@ class OpenAIBackend:
 
     def _one(self, prompt: Prompt, schema, max_tokens: int, temperature: float,
              dead: threading.Event) -> Generation:
-        httpx = _httpx()
+        httpx = import_httpx()
         url = f"{self.base_url}/chat/completions"
         body = self._payload(prompt, schema, max_tokens, temperature)
         p_tok = c_tok = 0
