@@ -48,7 +48,7 @@ def read_checkpoint_and_log(checkpoint: Path, log: Path) -> tuple[SavedStore, li
     if _manifest(checkpoint) is None:
         _raise_missing(checkpoint, log)
     raise LiveReadTimeoutError(f"{checkpoint.parent}: its writer put a new checkpoint in place during each of "
-                       f"{ATTEMPTS} reads; try again")
+                               f"{ATTEMPTS} reads; try again")
 
 
 def _manifest(checkpoint: Path) -> bytes | None:
