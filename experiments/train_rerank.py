@@ -159,7 +159,8 @@ def main() -> None:
                + (["--embedder", args.embedder] if args.embedder else [])
                + (["--token-cost", args.token_cost] if args.token_cost is not None else [])),
            "data": Path(args.data).name, "embedder": embedder_name(cfg.embedder.model), "memory": args.memory,
-           "consolidation": "heuristic", "pool": rc.rerank.pool, "support_from": rc.rerank.support_from, "token_cost": rc.rerank.token_cost,
+           "consolidation": "heuristic", "pool": rc.rerank.pool, "support_from": rc.rerank.support_from,
+           "token_cost": rc.rerank.token_cost,
            "C": args.C, "dropped": args.drop,
            "features": list(FEATURES), "weights": weights,
            "cross_validation": {"method": "leave one conversation out; the held-out conversation's questions "
@@ -169,7 +170,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out["cross_validation"][k]["overall"] for k in ("rerank", "rrf")}))
-    if args.drop or args.memory != "magma" or args.token_cost is not None or cfg.embedder.model:   # only magma's fit is the schema's default
+    # only magma's fit (the bundled embedder's) is the schema's default
+    if args.drop or args.memory != "magma" or args.token_cost is not None or cfg.embedder.model:
         return
     print("RerankWeights defaults (magma_torch/config/schema.py):")
     for f, v in weights.items():
