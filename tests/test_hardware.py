@@ -53,7 +53,8 @@ def test_store_keeps_an_explicit_scan_dtype_and_refuses_others():
 def test_a_store_built_directly_checks_its_settings_by_the_schema(kwargs, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         MemoryStore(8, **kwargs)
-    with pytest.raises(ConfigError, match="^VectorIndex.vector_backend: must be one of auto, faiss, torch, got 'faise'$"):
+    expected = "^VectorIndex.vector_backend: must be one of auto, faiss, torch, got 'faise'$"
+    with pytest.raises(ConfigError, match=expected):
         VectorIndex(8, backend="faise")   # it fell back to torch in silence
 
 

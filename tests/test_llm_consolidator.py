@@ -610,7 +610,8 @@ def test_after_a_lifecycle_operation_the_llm_supersessions_are_those_of_an_in_or
     llm = FakeLLM(latest_residence)
     mem = MagmaMemory(cfg, load_group("consolidation", "llm"), device="cpu", embedder=emb, llm=llm,
                       store_dir=tmp_path, durable=True)
-    ids = [mem.add(t, ts, speaker="Ann") for t, ts in ((boston, paris) if op == "backfill" else (boston, denver, paris))]
+    added = (boston, paris) if op == "backfill" else (boston, denver, paris)
+    ids = [mem.add(t, ts, speaker="Ann") for t, ts in added]
     mem.consolidate()
     asked = len(llm.prompts)
     if op == "update":

@@ -498,7 +498,8 @@ class HeuristicConsolidationConfig(ConsolidationConfig):
     cues: CueConfig = field(default_factory=CueConfig)
 
 
-CONSOLIDATION_PROMPTS = ("v1", "v2", "v3")   # consolidation.prompt_version (SYSTEM_PROMPTS of ingest/llm_consolidator.py)
+# consolidation.prompt_version: the keys of SYSTEM_PROMPTS in ingest/llm_consolidator.py
+CONSOLIDATION_PROMPTS = ("v1", "v2", "v3")
 
 
 @dataclass
