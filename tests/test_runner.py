@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 
+from magma_torch.provenance import code_commit
 from magma_torch.store.graph import RELATIONS
 from magma_torch.testing import assert_no_run
 
@@ -30,6 +31,7 @@ def run_dir(tmp_path_factory):
 def test_metrics_json_follows_the_contract(run_dir):
     m = json.loads((run_dir / "metrics.json").read_text())
     assert m["dataset"] == "demo" and m["memory"] == "magma" and m["n_questions"] == 70
+    assert m["commit"] == code_commit()     # the code the figures came from (None outside a checkout)
     assert OVERALL_KEYS <= set(m["overall"])
     assert set(m["by_category"]) == {"single-hop", "multi-hop", "temporal", "open-domain", "adversarial"}
     assert m["overall"]["f1"] is None and m["overall"]["judge"] is None

@@ -27,6 +27,7 @@ from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
 from magma_torch.config.resolve import settings, typed, yaml_option
 from magma_torch.config.schema import TEXT_SIGNALS, ConfigError, RetrievalConfig
 from magma_torch.hardware import cpu_flags, cpu_model, scan_probe
+from magma_torch.provenance import code_commit
 from magma_torch.ingest import bulk
 from magma_torch.query.anchors import Anchors
 from magma_torch.query.beam import BeamResult, salience_order
@@ -351,7 +352,7 @@ class Bench:
             "scan_probe_ms": scan_probe() if dev.type == "cpu" else None,   # what scan_dtype: auto decided on
             "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
             "threads": torch.get_num_threads(),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": code_commit(),
         }
 
 

@@ -31,6 +31,7 @@ from magma_torch.eval.run_folder import RunFolder
 from magma_torch.eval.tracking import build_tracker
 from magma_torch.llm import build_llm
 from magma_torch.memory import MagmaMemory
+from magma_torch.provenance import code_commit
 from magma_torch.text.embedder import Embedder, resolve_device
 
 
@@ -341,8 +342,9 @@ def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader,
     keys = recall_keys(cfg.task, rows)
     # sample_ids: the samples counted, so that readers of the folder's lines (compare, magma-aggregate)
     # leave out what a resume with a smaller dataset.limit kept but does not count
+    # commit: the code of the attempt that finished the run (a resumed run's earlier attempts may differ)
     metrics = {"dataset": cfg.dataset.name, "memory": cfg.memory.name, "n_questions": len(rows),
-               "sample_ids": [b["sample_id"] for b in builds],
+               "commit": code_commit(), "sample_ids": [b["sample_id"] for b in builds],
                "overall": summarise([r for r in rows if r["category"] not in RECALL_EXCLUDED], cfg.task, keys),
                "by_category": {c: summarise([r for r in rows if r["category"] == c], cfg.task, keys)
                                for c in dataset_categories(cfg.dataset.name)},
