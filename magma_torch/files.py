@@ -70,23 +70,30 @@ def read_complete_lines(path: Path, cut: bool = True, key: str | Sequence[str] |
     data = path.read_bytes()
     whole = data[: data.rfind(b"\n") + 1]
     keys = (key,) if isinstance(key, str) else tuple(key or ())
-    lines = [_json_object(line, path, number, keys) for number, line in enumerate(whole.splitlines(), 1)
+    lines = [_json_object(line, f"{path} line {number}", keys) for number, line in enumerate(whole.splitlines(), 1)
              if line.strip()]
     if cut:
         cut_torn_line(path)
     return lines
 
 
-def _json_object(line: bytes, path: Path, number: int, keys: tuple[str, ...]) -> dict:
+def read_json_object(path: Path) -> dict:
+    """The JSON object that the whole of ``path`` holds (a run folder's ``metrics.json``); a file that
+    is not one raises DamagedFileError naming it."""
+    return _json_object(Path(path).read_bytes(), str(path), ())
+
+
+def _json_object(data: bytes, where: str, keys: tuple[str, ...]) -> dict:
+    """``data`` as a JSON object with ``keys``; a refusal names ``where`` (a file, or a file and line)."""
     try:
-        value = json.loads(line)
+        value = json.loads(data)
     except ValueError as e:   # invalid JSON or invalid UTF-8
-        raise DamagedFileError(f"{path} line {number}: not JSON ({e})") from None
+        raise DamagedFileError(f"{where}: not JSON ({e})") from None
     if not isinstance(value, dict):
-        raise DamagedFileError(f"{path} line {number}: expected a JSON object, got {type(value).__name__}")
+        raise DamagedFileError(f"{where}: expected a JSON object, got {type(value).__name__}")
     missing = next((k for k in keys if k not in value), None)
     if missing is not None:
-        raise DamagedFileError(f"{path} line {number}: no {missing!r}")
+        raise DamagedFileError(f"{where}: no {missing!r}")
     return value
 
 
