@@ -262,6 +262,19 @@ def test_unknown_or_broken_supersession_rules_are_a_config_error_naming_the_sett
     refused(err.value, "ConfigError", ValueError)
 
 
+def test_a_keyed_supersession_kind_whose_pattern_has_no_key_group_is_a_config_error_naming_it(emb):
+    # before: accepted, then an IndexError ("no such group") at the first event the pattern matched
+    from magma_torch.ingest.supersession import load_rules
+
+    rules = load_rules("default")
+    kind = next(k for k, spec in rules["kinds"].items() if spec.get("key"))
+    rules["kinds"][kind]["patterns"][0]["pattern"] = r"\bi have (?P<value>\d+) pets?\b"
+    with pytest.raises(ValueError, match=rf"^consolidation\.supersession: kinds\.{kind}: key: true, but pattern "
+                                         r"'.*' has no named group \(\?P<key>\.\.\.\) to take the key from$") as err:
+        MagmaMemory(consolidation={"supersession": rules}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+
+
 @pytest.mark.parametrize("drop, named", [
     (("hedges",), r"no 'hedges'"),
     (("confidence", "cue"), r"confidence: no 'cue'"),            # before: a KeyError at the first add it read
