@@ -16,11 +16,12 @@ bootstrap 95 % interval.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from magma_torch.errors import MagmaError
 from magma_torch.eval.compare import CompareError, paired_difference
+from magma_torch.files import read_json_object
 
 ORDER = ("magma", "magma_llm_graph", "magma_paper", "magma_no_context", "hybrid_rag", "full_context")
 # The published table's bootstraps: retrieval against the baseline and against the paper's fusion alone,
@@ -55,7 +56,7 @@ def table(root: Path, compare: tuple[tuple[str, str], ...] = COMPARE, resamples:
           seed: int = SEED) -> str:
     runs = {}
     for path in sorted(root.glob("*/metrics.json")):
-        metrics = json.loads(path.read_text())
+        metrics = read_json_object(path)     # a damaged one: DamagedFileError naming it
         if "answering" not in metrics:
             raise CompareError(f"{path.parent}: not a task=qa run")
         runs[path.parent.name] = (path.parent, metrics)
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     try:
         text = table(args.root, tuple(map(tuple, args.compare or COMPARE)), args.resamples, args.seed)
-    except CompareError as err:
+    except MagmaError as err:      # a CompareError, or a DamagedFileError naming the file
         print(f"qa_table: error: {err}", file=sys.stderr)
         sys.exit(2)
     print(text, end="")

@@ -60,34 +60,50 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         f.write(text)
 
 
-def read_complete_lines(path: Path, cut: bool = True, key: str | Sequence[str] | None = None) -> list[dict]:
+def read_complete_lines(path: Path, cut: bool = True, key: str | Sequence[str] | None = None,
+                        numbers: Sequence[str] = ()) -> list[dict]:
     """The JSON lines of ``path`` that were written whole (none when it does not exist); with
     ``cut`` the file is then cut back to them (``cut_torn_line``). A whole line that is not a JSON
-    object, or lacks ``key`` (or one of the keys ``key`` lists) when one is given, raises
-    DamagedFileError before anything is cut."""
+    object, lacks ``key`` (or one of the keys ``key`` lists) when one is given, or holds other than a
+    number in one of the fields ``numbers`` lists, raises DamagedFileError before anything is cut."""
     if not path.exists():
         return []
     data = path.read_bytes()
     whole = data[: data.rfind(b"\n") + 1]
     keys = (key,) if isinstance(key, str) else tuple(key or ())
-    lines = [_json_object(line, path, number, keys) for number, line in enumerate(whole.splitlines(), 1)
-             if line.strip()]
+    lines = [_json_object(line, f"{path} line {number}", keys, tuple(numbers))
+             for number, line in enumerate(whole.splitlines(), 1) if line.strip()]
     if cut:
         cut_torn_line(path)
     return lines
 
 
-def _json_object(line: bytes, path: Path, number: int, keys: tuple[str, ...]) -> dict:
+def read_json_object(path: Path) -> dict:
+    """The JSON object that the whole of ``path`` holds (a run folder's ``metrics.json``); a file that
+    is not one raises DamagedFileError naming it."""
+    return _json_object(Path(path).read_bytes(), str(path), ())
+
+
+def _json_object(data: bytes, where: str, keys: tuple[str, ...], numbers: tuple[str, ...] = ()) -> dict:
+    """``data`` as a JSON object with ``keys``, a number in each of its ``numbers`` fields; a refusal
+    names ``where`` (a file, or a file and line)."""
     try:
-        value = json.loads(line)
+        value = json.loads(data)
     except ValueError as e:   # invalid JSON or invalid UTF-8
-        raise DamagedFileError(f"{path} line {number}: not JSON ({e})") from None
+        raise DamagedFileError(f"{where}: not JSON ({e})") from None
     if not isinstance(value, dict):
-        raise DamagedFileError(f"{path} line {number}: expected a JSON object, got {type(value).__name__}")
+        raise DamagedFileError(f"{where}: expected a JSON object, got {type(value).__name__}")
     missing = next((k for k in keys if k not in value), None)
     if missing is not None:
-        raise DamagedFileError(f"{path} line {number}: no {missing!r}")
+        raise DamagedFileError(f"{where}: no {missing!r}")
+    wrong = next((k for k in numbers if k in value and not _is_number(value[k])), None)
+    if wrong is not None:
+        raise DamagedFileError(f"{where}: {wrong!r} is not a number ({json.dumps(value[wrong])[:40]})")
     return value
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)   # a bool is no JSON number
 
 
 def cut_torn_line(path: Path) -> None:

@@ -163,6 +163,9 @@ WHOLE = {"key": "a", "text": "x", "parsed": None, "prompt_tokens": 1, "completio
 
 @pytest.mark.parametrize("line, why", [("not json", "not JSON"),
                                        ('{"text": "x"}', "no 'key'"),     # before: a bare KeyError
+                                       # before: reused as it was, a str for the Generation's int
+                                       (json.dumps({**WHOLE, "key": "b", "completion_tokens": "7"}),
+                                        r"""'completion_tokens' is not a number \("7"\)$"""),
                                        # a key without the rest: before, a KeyError once the line was reused
                                        ('{"key": "b", "text": "x"}', "no 'parsed'")])
 def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_file_and_line(tmp_path, line, why):
@@ -177,7 +180,14 @@ def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_fi
 
 
 @pytest.mark.parametrize("line, why", [("not json", "not JSON"),
-                                       ('{"key": "b", "text": "x", "parsed": null}', "no 'prompt_tokens'")])
+                                       ('{"key": "b", "text": "x", "parsed": null}', "no 'prompt_tokens'"),
+                                       # before: a TypeError from sum() (a str), or a bool counted as 1
+                                       (json.dumps({**WHOLE, "key": "b", "seconds": "0.5"}),
+                                        r"""'seconds' is not a number \("0\.5"\)$"""),
+                                       (json.dumps({**WHOLE, "key": "b", "prompt_tokens": None}),
+                                        r"'prompt_tokens' is not a number \(null\)$"),
+                                       (json.dumps({**WHOLE, "key": "b", "completion_tokens": True}),
+                                        r"'completion_tokens' is not a number \(true\)$")])
 def test_the_cost_of_a_damaged_generation_cache_is_refused_naming_file_and_line(tmp_path, line, why):
     # llm.cache.cost (llm_graph_audit) sums every line's tokens and seconds: before, a KeyError or a JSON error
     from magma_torch.llm.cache import cost
@@ -249,6 +259,19 @@ def test_unknown_or_broken_supersession_rules_are_a_config_error_naming_the_sett
     with pytest.raises(ValueError, match=rf"^consolidation\.supersession: kinds\.{kind}: bad pattern "
                                          r"'\(unclosed': missing \)") as err:
         MagmaMemory(consolidation={"supersession": broken}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+
+
+def test_a_keyed_supersession_kind_whose_pattern_has_no_key_group_is_a_config_error_naming_it(emb):
+    # before: accepted, then an IndexError ("no such group") at the first event the pattern matched
+    from magma_torch.ingest.supersession import load_rules
+
+    rules = load_rules("default")
+    kind = next(k for k, spec in rules["kinds"].items() if spec.get("key"))
+    rules["kinds"][kind]["patterns"][0]["pattern"] = r"\bi have (?P<value>\d+) pets?\b"
+    with pytest.raises(ValueError, match=rf"^consolidation\.supersession: kinds\.{kind}: key: true, but pattern "
+                                         r"'.*' has no named group \(\?P<key>\.\.\.\) to take the key from$") as err:
+        MagmaMemory(consolidation={"supersession": rules}, embedder=emb, device="cpu")
     refused(err.value, "ConfigError", ValueError)
 
 

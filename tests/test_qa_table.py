@@ -91,6 +91,24 @@ def test_a_damaged_scores_line_is_a_damaged_file_error_naming_file_and_line(tmp_
     assert scores.read_text().endswith(line + "\n")       # a comparison reads the folder, never cuts it
 
 
+@pytest.mark.parametrize("text, why", [('{"memory": "hybrid', r"not JSON \(Unterminated string"),   # a JSONDecodeError
+                                       ("[1, 2]", "expected a JSON object, got list")])   # before: a TypeError
+def test_a_damaged_metrics_json_is_a_damaged_file_error_naming_the_file(tmp_path, capsys, text, why):
+    from magma_torch import DamagedFileError
+
+    a = make_run(tmp_path, "magma", {"q1": 1.0, "q2": 0.5})
+    b = make_run(tmp_path, "hybrid_rag", {"q1": 1.0, "q2": 0.5})
+    metrics = b / "metrics.json"
+    metrics.write_text(text)
+    with pytest.raises(DamagedFileError, match=f"^{re.escape(str(metrics))}: {why}") as err:
+        paired_difference(a, b)
+    assert isinstance(err.value, ValueError) and "\n" not in str(err.value)
+    with pytest.raises(SystemExit) as stop:             # qa_table reads each metrics.json first: one line, status 2
+        qa_table.main([str(tmp_path)])
+    assert stop.value.code == 2 and capsys.readouterr().err == f"qa_table: error: {err.value}\n"
+    assert metrics.read_text() == text                  # read, never rewritten
+
+
 def test_qa_table_writes_every_memory_and_the_interval(tmp_path):
     root = tmp_path / "qa_small"
     make_run(root, "hybrid_rag", {"q1": 0.5, "q2": 0.25, "q3adv": 0.0})

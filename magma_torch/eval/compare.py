@@ -2,13 +2,12 @@
 difference (experiments/qa_table.py). Reads finished folders only and never writes them."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from magma_torch.errors import MagmaError
 from magma_torch.eval.qa_metrics import paired_bootstrap
 from magma_torch.eval.run_folder import counted
-from magma_torch.files import read_complete_lines
+from magma_torch.files import read_complete_lines, read_json_object
 
 # left out as in metrics.json's `overall`: their F1 is LoCoMo's abstention rule, reported apart
 EXCLUDED = {"adversarial"}
@@ -28,9 +27,10 @@ def read_scores(folder: Path) -> dict[str, dict]:
     if not path.is_file():
         raise CompareError(f"{folder}: no scores.jsonl; rerun its magma-run command (same out_dir), which "
                            "writes it from predictions.jsonl")
-    # a damaged line (not a JSON object, no question_id) is a DamagedFileError naming the file and line
+    # a damaged line (not a JSON object, no question_id) is a DamagedFileError naming the file and line, a
+    # damaged metrics.json one naming the file
     rows = read_complete_lines(path, cut=False, key="question_id")
-    return {r["question_id"]: r for r in counted(json.loads((folder / "metrics.json").read_text()), rows)}
+    return {r["question_id"]: r for r in counted(read_json_object(folder / "metrics.json"), rows)}
 
 
 def paired_difference(folder_a: Path, folder_b: Path, key: str = "f1", resamples: int = 10_000,

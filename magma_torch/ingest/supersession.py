@@ -96,6 +96,9 @@ class FactRules:
                 except re.error as err:
                     raise ConfigError(f"consolidation.supersession: kinds.{kind}: bad pattern {p['pattern']!r}: "
                                       f"{err}") from None
+                if spec.get("key") and "key" not in rx.groupindex:   # else an IndexError at the first match
+                    raise ConfigError(f"consolidation.supersession: kinds.{kind}: key: true, but pattern "
+                                      f"{p['pattern']!r} has no named group (?P<key>...) to take the key from")
                 self.kinds.append((kind, bool(spec.get("key")), keys, rx, p))
 
     def facts(self, text: str) -> list[Fact]:

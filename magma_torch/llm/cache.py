@@ -33,6 +33,8 @@ from .schema import to_json_schema
 
 # what each line keeps: a line without one of them is damaged (a hand edit, another tool's file)
 FIELDS = ("key", "text", "parsed", "prompt_tokens", "completion_tokens", "seconds")
+# the fields of a line that must hold a number (cost sums them): another type is damage too
+NUMBERS = ("prompt_tokens", "completion_tokens", "seconds")
 
 
 class CachedLLM:
@@ -44,9 +46,10 @@ class CachedLLM:
         self.name = llm.name
         self.hits = 0
         self._lock = threading.Lock()
-        # a line that is not a JSON object with every field of a kept generation is refused (DamagedFileError),
-        # naming the file and line, before any is reused
-        self._lines: dict[str, dict] = {line["key"]: line for line in read_complete_lines(self.path, key=FIELDS)}
+        # a line that is not a JSON object with every field of a kept generation, its cost in numbers, is refused
+        # (DamagedFileError), naming the file, line and field, before any is reused
+        self._lines: dict[str, dict] = {line["key"]: line
+                                        for line in read_complete_lines(self.path, key=FIELDS, numbers=NUMBERS)}
 
     @property
     def usage(self):
@@ -104,7 +107,7 @@ def _generation(line: dict, schema: dict | type | None) -> Generation:
 
 def cost(path: str | Path) -> dict:
     """What the generations kept in ``path`` cost: their count, tokens and seconds, in all and per generation."""
-    lines = read_complete_lines(Path(path), cut=False, key=FIELDS)   # a damaged line: DamagedFileError
+    lines = read_complete_lines(Path(path), cut=False, key=FIELDS, numbers=NUMBERS)   # damage: DamagedFileError
     n = len(lines)
-    total = {k: sum(line[k] for line in lines) for k in ("prompt_tokens", "completion_tokens", "seconds")}
+    total = {k: sum(line[k] for line in lines) for k in NUMBERS}
     return {"generations": n, **total, "per_generation": {k: v / n if n else 0.0 for k, v in total.items()}}

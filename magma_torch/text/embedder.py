@@ -71,8 +71,10 @@ class Embedder:
             self._model = SentenceTransformer(self.model_path, device=str(self.device))
         except OSError as err:   # offline, a missing folder surfaces as a failed hub download
             found = "is not a model folder" if os.path.isdir(self.model_path) else "no such folder"
-            raise ConfigError(f"embedder.model: cannot load {self.model_path} ({found}, and the hub is not reached); "
-                              f"`make models` builds models/all-mpnet-base-v2") from err
+            here = "" if os.path.isabs(self.model_path) else f" in {os.getcwd()}"   # where a relative path looked
+            raise ConfigError(f"embedder.model: cannot load {self.model_path}{here} ({found}, and the hub is not "
+                              "reached); `make models` builds models/all-mpnet-base-v2 (conf/memory/magma_mpnet.yaml "
+                              "looks for it in $MAGMA_MODELS_DIR, else models/ in the working directory)") from err
         # Past its position embeddings the model fails on the first text that long, not here
         positions = model_positions(self._model)
         problem = between(1, positions or math.inf).problem(max_seq_length)
