@@ -171,6 +171,17 @@ def test_a_damaged_line_of_a_shard_is_named(tmp_path, cfg):
     assert not (tmp_path / "merged").exists()
 
 
+@pytest.mark.parametrize("text, said", [("{\"n_questions\": 1", "not JSON"), ("[1, 2]", "expected a JSON object")])
+def test_a_damaged_metrics_json_of_a_shard_is_named(tmp_path, cfg, text, said):
+    a, b = tmp_path / "shard_0", tmp_path / "shard_1"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 1.0)], cfg)
+    (b / "metrics.json").write_text(text)
+    with pytest.raises(AggregateError, match=rf"shard_1/metrics.json: {said}"):
+        aggregate([a, b], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
 def test_compare_and_merge_count_what_metrics_json_counts_after_a_resume_with_a_smaller_limit(tmp_path, cfg):
     a, b, fresh = tmp_path / "shard_0", tmp_path / "shard_1", tmp_path / "fresh"
     write_shard(a, 0, [row("s0/q0", 1.0)], cfg)

@@ -23,7 +23,7 @@ from magma_torch.eval.datasets import parse_shard
 from magma_torch.eval.plots import plot_categories
 from magma_torch.eval.run_folder import counted, without_text
 from magma_torch.eval.runner import llm_costs, summarise_run
-from magma_torch.files import DamagedFileError, read_complete_lines, write_atomic
+from magma_torch.files import DamagedFileError, read_complete_lines, read_json_object, write_atomic
 
 # settings that may differ between the shards of one experiment
 PER_SHARD = ("out_dir", "dataset.shard", "dataset.sample_ids")
@@ -67,12 +67,17 @@ def _check_every_shard(folders: list[Path], shards: list[str | None]) -> None:
                              f"run would count {len(index)} of {n} shards")
 
 
-def _json_lines(path: Path, key: str) -> list[dict]:
-    """A finished shard's lines, each a JSON object with ``key``; a damaged one is named."""
+def _shard_file(read, path: Path, **kwargs):
+    """``read(path, **kwargs)``, a damaged file an AggregateError naming it (and the line)."""
     try:
-        return read_complete_lines(path, cut=False, key=key)
+        return read(path, **kwargs)
     except DamagedFileError as err:
         raise AggregateError(str(err)) from None
+
+
+def _json_lines(path: Path, key: str) -> list[dict]:
+    """A finished shard's lines, each a JSON object with ``key``; a damaged one is named."""
+    return _shard_file(read_complete_lines, path, cut=False, key=key)
 
 
 def read_shard(folder: Path) -> tuple[dict, list[dict], list[dict]]:
@@ -81,7 +86,7 @@ def read_shard(folder: Path) -> tuple[dict, list[dict], list[dict]]:
     for name in ("metrics.json", "predictions.jsonl", "samples.jsonl", "config.yaml"):
         if not (folder / name).is_file():
             raise AggregateError(f"{folder}: no {name} (the shard did not finish)")
-    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics = _shard_file(read_json_object, folder / "metrics.json")
     rows = counted(metrics, _json_lines(folder / "predictions.jsonl", "question_id"))
     if len(rows) != metrics["n_questions"]:
         raise AggregateError(f"{folder}: predictions.jsonl has {len(rows)} rows of counted samples, metrics.json "
