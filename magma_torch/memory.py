@@ -8,11 +8,10 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-import hydra.utils
-from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from magma_torch import lifecycle
+from magma_torch.config.build import instantiate
 from magma_torch.config.resolve import (ConfigError, consolidation_config, memory_config, settings, worker_settings,
                                         saved_memory_config as saved_config)
 from magma_torch.config.schema import ConsolidationConfig, MemoryConfig, RetrievalConfig, problems
@@ -159,7 +158,7 @@ class MagmaMemory:
         if c is None or c.get("_target_") is None:
             return None
         if "llm" not in c.keys():
-            return _instantiate(c)
+            return instantiate(c, "consolidation")
         # An LLM consolidator: the LLM passed in, else one built from the config's `llm` entry.
         if self.llm is None:
             spec = c.llm
@@ -170,7 +169,7 @@ class MagmaMemory:
 
             self.llm = build_llm(spec)
             self._owns_llm = True
-        return _instantiate(c, llm=self.llm)
+        return instantiate(c, "consolidation", llm=self.llm)
 
     # ---- fast path ----
     def add(self, text: str, timestamp, speaker: str | None = None, source_id: str | None = None,
@@ -524,32 +523,6 @@ class MagmaMemory:
             self.consolidator.load_state_dict(saved.state["consolidator"])
         # Last: a background worker starts on the queue as soon as it has one.
         self.worker.load_state_dict(saved.state["worker"])
-
-
-# the starts of Hydra's messages for a _target_ it cannot import or that is no class (nothing was called)
-_NO_TARGET = ("Error locating target", "Expected a callable target")
-
-
-def _instantiate(cfg: DictConfig, **kwargs):
-    """The consolidator ``cfg`` names. Hydra wraps what its constructor raises in an
-    InstantiationException, not a MagmaError nor the builtin; a MagmaError (a damaged
-    ``consolidation.cache``, an unknown setting, a missing package its module imports) is raised
-    as it is, in one line. A ``_target_`` that cannot be imported or is no class is a ConfigError
-    naming ``consolidation._target_`` with what Hydra said; any other Hydra error is raised as it is."""
-    try:
-        return hydra.utils.instantiate(cfg, **kwargs)
-    except InstantiationException as err:
-        cause = err.__cause__
-        if isinstance(cause, MagmaError):
-            raise cause from None
-        if str(err).startswith(_NO_TARGET):
-            if isinstance(cause.__cause__ if cause is not None else None, MagmaError):   # raised importing it
-                raise cause.__cause__ from None
-            text = str(cause).strip() if cause is not None else ""
-            lines = [line.strip() for line in (text or str(err)).splitlines() if line.strip()]
-            said = "".join(line + (" " if line.endswith(":") else "; ") for line in lines[:-1]) + lines[-1]
-            raise ConfigError(f"consolidation._target_: cannot build {cfg.get('_target_')!r}: {said}") from None
-        raise
 
 
 def _query_time(t, i: int, n: int) -> datetime | None:

@@ -326,6 +326,24 @@ def test_a_magma_error_raised_importing_the_consolidation_target_is_raised_as_it
     refused(err.value, "MissingDependencyError", ImportError)
 
 
+def test_a_keyword_a_consolidator_does_not_take_is_a_config_error_naming_the_setting(emb, tmp_path, monkeypatch):
+    # a consolidator of your own is built with its config as given: before, a misspelt setting was Hydra's
+    # InstantiationException around the TypeError, neither a MagmaError nor a ValueError
+    (tmp_path / "own_consolidator.py").write_text(
+        "def helper():\n    pass\n\n\n"
+        "class Consolidator:\n    def __init__(self, window: int = 4):\n        self.window = window\n\n\n"
+        "class Broken:\n    def __init__(self):\n        helper(window=1)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"^consolidation\.windw: not a setting of 'own_consolidator\.Consolidator'$") \
+            as err:
+        MagmaMemory(consolidation={"_target_": "own_consolidator.Consolidator", "windw": 3}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+    # the same TypeError raised by code the constructor runs is a bug there, not a setting: it stays as it is
+    with pytest.raises(Exception, match=r"helper\(\) got an unexpected keyword argument 'window'") as err:
+        MagmaMemory(consolidation={"_target_": "own_consolidator.Broken"}, embedder=emb, device="cpu")
+    assert not isinstance(err.value, MagmaError)
+
+
 def test_an_unknown_consolidation_prompt_is_a_config_error_naming_the_setting(emb):
     from magma_torch.config.resolve import consolidation_config
     from magma_torch.config.schema import CONSOLIDATION_PROMPTS
@@ -350,6 +368,32 @@ def test_an_unknown_openai_response_format_is_a_config_error_naming_the_setting(
     with pytest.raises(ValueError, match=named) as err:
         build_llm({"_target_": "magma_torch.llm.openai_backend.OpenAIBackend", "response_format": "xml",
                    "require_key": False})
+    refused(err.value, "ConfigError", ValueError)
+
+
+@pytest.mark.parametrize("target, why", [
+    ("magma_torch.llm.nosuch_backend.Backend", r"Error loading 'magma_torch\.llm\.nosuch_backend\.Backend': "
+                                               r"ModuleNotFoundError\(.*\); Are you sure that 'nosuch_backend' is "
+                                               r"importable from module 'magma_torch\.llm'\?"),
+    ("magma_torch.llm.openai_backend", r"Expected a callable target, got '<module 'magma_torch\.llm\.openai_backend' "
+                                       r".*' of type 'module'")])
+def test_an_llm_target_that_is_not_there_is_a_config_error_naming_it(target, why):
+    # magma-run llm._target_=...: before, the bare ImportError of Hydra's _locate (outside `except MagmaError`),
+    # or Hydra's InstantiationException for a target that is not callable
+    from magma_torch.llm import build_llm
+
+    with pytest.raises(ValueError, match=rf"^llm\._target_: cannot build {re.escape(repr(target))}: {why}$") as err:
+        build_llm({"_target_": target})
+    refused(err.value, "ConfigError", ValueError)
+
+
+def test_a_keyword_an_llm_backend_does_not_take_is_a_config_error_naming_the_setting():
+    # magma-run llm=openai +llm.temprature=0: before, Hydra's InstantiationException around the TypeError
+    from magma_torch.llm import build_llm
+
+    named = r"^llm\.temprature: not a setting of 'magma_torch\.llm\.openai_backend\.OpenAIBackend'$"
+    with pytest.raises(ValueError, match=named) as err:
+        build_llm({"_target_": "magma_torch.llm.openai_backend.OpenAIBackend", "require_key": False, "temprature": 0})
     refused(err.value, "ConfigError", ValueError)
 
 

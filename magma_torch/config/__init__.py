@@ -2,7 +2,8 @@
 what ``MagmaMemory`` accepts turned into typed configs (``resolve``: OmegaConf only), and the
 packaged Hydra config tree (``groups``: ``conf_root``, ``group_options``, ``load_group``), whose
 import registers the schema in Hydra's ConfigStore. The tree's names are served from here lazily,
-so the schema and the tensor modules that read it import without Hydra.
+so the schema and the tensor modules that read it import without Hydra. ``build.instantiate`` builds
+what a ``_target_`` names (an ``llm`` backend, a consolidator), its errors named as that setting.
 """
 _GROUPS = ("CONFIG_MODULE", "conf_root", "group_options", "load_group")
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import importlib
 
-from magma_torch.errors import MagmaError
-
 from .base import LLM, Generation, LLMInterfaceError, LLMUnavailable, Prompt, Usage
 
 _LAZY = {
@@ -41,13 +39,7 @@ def build_llm(cfg) -> LLM | None:
         cfg = cfg.llm
     if cfg is None or not isinstance(cfg, DictConfig) or cfg.get("_target_") in (None, "", "none"):
         return None
-    from hydra.utils import instantiate
+    from magma_torch.config.build import instantiate   # lazy: Hydra, only when a backend is built
 
-    node = OmegaConf.to_container(cfg, resolve=True)
-    try:
-        return instantiate(node, _convert_="all")
-    except Exception as e:   # hydra wraps constructor errors: re-raise the one-line ones as they are
-        cause = e.__cause__
-        if isinstance(cause, (MagmaError, ImportError)):   # LLMUnavailable, a ConfigError naming an llm.* setting
-            raise cause from None
-        raise
+    # a backend's own refusal (LLMUnavailable, a ConfigError naming an llm.* setting) comes out as it is
+    return instantiate(OmegaConf.to_container(cfg, resolve=True), "llm", _convert_="all")
