@@ -97,7 +97,7 @@ def test_bad_shard_stops_magma_run_before_any_work(tmp_path):
     assert_no_run(out)
 
 
-def write_shard(folder, i, rows, cfg, edges=3):
+def write_shard(folder, i, rows, cfg, edges=3, commit="abc1234"):
     rows = [{"sample_id": f"s{i}", **r} for r in rows]
     folder.mkdir(parents=True)
     OmegaConf.save(OmegaConf.merge(cfg, {"dataset": {"shard": f"{i}/2"}, "out_dir": str(folder)}),
@@ -107,7 +107,7 @@ def write_shard(folder, i, rows, cfg, edges=3):
              "edges": {"temporal": edges, "semantic": 1, "causal": 0, "entity": 4},
              "llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0}
     (folder / "samples.jsonl").write_text(json.dumps(build) + "\n")
-    metrics = summarise_run(cfg, rows, [build], None, None)
+    metrics = summarise_run(cfg, rows, [build], None, None, commit)
     (folder / "metrics.json").write_text(json.dumps(metrics))
 
 
@@ -139,6 +139,15 @@ def test_merge_recomputes_metrics_from_rows(tmp_path, cfg):
         json.loads(x)["question_id"] for x in (merged / "predictions.jsonl").read_text().splitlines()]
     assert json.loads((merged / "metrics.json").read_text()) == m
     assert (merged / "recall_by_category.png").stat().st_size > 1000
+
+
+def test_merged_metrics_name_the_shards_commit_only_when_they_share_it(tmp_path, cfg):
+    a, b, c = tmp_path / "shard_0", tmp_path / "shard_1", tmp_path / "shard_1b"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 1.0)], cfg)
+    write_shard(c, 1, [row("s1/q0", 1.0)], cfg, commit="def5678+dirty")
+    assert aggregate([a, b], tmp_path / "same")["commit"] == "abc1234"
+    assert aggregate([a, c], tmp_path / "mixed")["commit"] is None
 
 
 def test_a_merge_needs_every_shard_once(tmp_path, cfg):

@@ -112,7 +112,10 @@ def aggregate(shards: list[Path], out: Path) -> dict:
         raise AggregateError(f"question {twice[0]!r} is in more than one shard: the shards overlap")
     first = parts[0][0]
     # the same computation as a single run's metrics.json, over every shard's rows and builds
-    metrics = summarise_run(first_cfg, rows, [b for _, _, builds in parts for b in builds], None, None)
+    # the shards' common commit; None when they ran on different code (each shard's metrics.json says which)
+    commits = {metrics.get("commit") for metrics, _, _ in parts}
+    metrics = summarise_run(first_cfg, rows, [b for _, _, builds in parts for b in builds], None, None,
+                            commits.pop() if len(commits) == 1 else None)
     metrics["shards"] = [str(f) for f in shards]
     if "answering" in first:
         answering, judging = llm_costs(rows)

@@ -181,6 +181,7 @@ def _consolidation_usage(mem: MagmaMemory) -> dict:
 def run(cfg: DictConfig, out_dir: Path) -> dict:
     """Run one experiment and write its folder (resuming what it already holds); returns the metrics dict."""
     check_run_config(cfg)
+    commit = code_commit()   # the code this attempt runs, read before a long run gives time to change it
     qa = cfg.task.name == "qa"
     shared = consolidates_with_reader(cfg)
     d = cfg.dataset
@@ -207,7 +208,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         # A folder resumed with a smaller dataset.limit keeps, but does not count, the other samples.
         rows = [r for r in folder.rows if r["sample_id"] in selected]
         builds = [b for sid, b in folder.builds.items() if sid in selected]
-        metrics = summarise_run(cfg, rows, builds, reader, judge)
+        metrics = summarise_run(cfg, rows, builds, reader, judge, commit)
         plot = out_dir / "recall_by_category.png"
         plot_categories(metrics, plot)
         tracker.log_run(metrics, rows, [plot])
@@ -329,8 +330,9 @@ def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: i
     return selected
 
 
-def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader, judge) -> dict:
-    """metrics.json from question rows and memory builds, this attempt's and earlier ones'."""
+def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader, judge, commit: str | None) -> dict:
+    """metrics.json from question rows and memory builds, this attempt's and earlier ones'; ``commit``:
+    the code they were computed with (provenance.code_commit)."""
     edges: dict[str, int] = defaultdict(int)
     for b in builds:
         for rel, n in b["edges"].items():
@@ -344,7 +346,7 @@ def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader,
     # leave out what a resume with a smaller dataset.limit kept but does not count
     # commit: the code of the attempt that finished the run (a resumed run's earlier attempts may differ)
     metrics = {"dataset": cfg.dataset.name, "memory": cfg.memory.name, "n_questions": len(rows),
-               "commit": code_commit(), "sample_ids": [b["sample_id"] for b in builds],
+               "commit": commit, "sample_ids": [b["sample_id"] for b in builds],
                "overall": summarise([r for r in rows if r["category"] not in RECALL_EXCLUDED], cfg.task, keys),
                "by_category": {c: summarise([r for r in rows if r["category"] == c], cfg.task, keys)
                                for c in dataset_categories(cfg.dataset.name)},
