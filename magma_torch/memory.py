@@ -463,9 +463,9 @@ class MagmaMemory:
         built. ``add``, ``forget``, ``update`` and ``consolidate`` raise ``ReadOnlyError`` (a
         RuntimeError)."""
         path, saved, records = durability.read_live(store_dir, namespace)
+        wal_seq = saved.state.get("wal_seq", 0)
         return cls._read_only_view(saved, path, namespace, embedder=embedder, device=device, verify=False,
-                                   then=lambda mem: durability.replay(records, path / WAL, saved.state.get("wal_seq", 0),
-                                                                      mem._apply))
+                                   then=lambda mem: durability.replay(records, path / WAL, wal_seq, mem._apply))
 
     @classmethod
     def _read_only_view(cls, saved: persistence.SavedStore, path: Path, namespace: str, *, embedder: Embedder | None,
