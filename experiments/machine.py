@@ -11,6 +11,9 @@ import torch
 from magma_torch.hardware import cpu_flags, cpu_model
 from magma_torch.provenance import code_commit
 
+# Read when a script imports this module, at its start: the code it runs, not a commit made while it ran.
+_COMMIT = code_commit()
+
 
 def machine() -> dict:
     """Call at the end of a measurement: the load average then covers the run."""
@@ -20,4 +23,4 @@ def machine() -> dict:
                         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
                         "python": platform.python_version(), "torch": torch.__version__,
                         "torch_threads": torch.get_num_threads()},
-            "commit": code_commit(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "commit": _COMMIT, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}

@@ -18,6 +18,7 @@ from magma_torch.bench.synthetic import event_rows, synthesize
 from magma_torch.hardware import auto_scan_dtype, cpu_flags, cpu_model, scan_probe
 from magma_torch.ingest import bulk
 from magma_torch.ingest.fast_path import IngestError
+from magma_torch.provenance import code_commit
 from magma_torch.query.anchors import time_ranking
 from magma_torch.query.kernel import resolve_kernel
 from magma_torch.config.resolve import settings, typed
@@ -157,6 +158,7 @@ def test_magma_bench_writes_every_contract_key(tmp_path):
     assert math.isfinite(record["bytes_per_event"]) and record["retrieval_qps"] > 0
     # the machine, as far as it decides the figures: CPU model, half-precision flags, torch's kernels, load
     assert record["machine"].startswith(cpu_model()) and record["cpu_flags"] == cpu_flags()
+    assert record["commit"] == code_commit()              # the code measured (None outside a checkout)
     assert record["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert record["scan_dtype"] == str(auto_scan_dtype(torch.device("cpu"))) and len(record["load_average_1_5_15"]) == 3
     assert record["scan_probe_ms"] == scan_probe()        # the times auto decided on

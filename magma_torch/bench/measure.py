@@ -27,8 +27,8 @@ from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
 from magma_torch.config.resolve import settings, typed, yaml_option
 from magma_torch.config.schema import TEXT_SIGNALS, ConfigError, RetrievalConfig
 from magma_torch.hardware import cpu_flags, cpu_model, scan_probe
-from magma_torch.provenance import code_commit
 from magma_torch.ingest import bulk
+from magma_torch.provenance import code_commit
 from magma_torch.query.anchors import Anchors
 from magma_torch.query.beam import BeamResult, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
@@ -260,9 +260,11 @@ class Bench:
     questions: torch.Tensor          # [Q, d] on the device
     windows: list
     built: dict                      # ingest figures
+    commit: str | None               # the code measured (provenance.code_commit), read before the build
 
     @classmethod
     def build(cls, cfg, events: int, queries: int, device: str = "cpu", progress: bool = False) -> "Bench":
+        commit = code_commit()   # now: a long run must not record a commit made while it ran
         dev = torch.device(device)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
@@ -277,7 +279,7 @@ class Bench:
         built["generate_s"] = generate_s
         rcfg = typed(RetrievalConfig, cfg.retrieval, "retrieval")
         retriever = Retriever(None, IntentClassifier.load(device=dev), settings(rcfg))
-        return cls(cfg, dev, store, built.pop("snapshot"), retriever, q.to(dev), windows, built)
+        return cls(cfg, dev, store, built.pop("snapshot"), retriever, q.to(dev), windows, built, commit)
 
     def measure(self, batch: int, reference: bool = True, embed_question: bool = True,
                 queries: int | None = None, progress: bool = False) -> dict:
@@ -352,7 +354,7 @@ class Bench:
             "scan_probe_ms": scan_probe() if dev.type == "cpu" else None,   # what scan_dtype: auto decided on
             "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
             "threads": torch.get_num_threads(),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": code_commit(),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": self.commit,
         }
 
 
