@@ -14,7 +14,6 @@ The metric is the LLM judge when the runs have one, else F1 (task=qa), else evid
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,7 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from magma_torch.errors import MagmaError  # noqa: E402
 from magma_torch.eval.metrics import retrieval_ms  # noqa: E402
+from magma_torch.files import read_json_object  # noqa: E402
 
 ABLATIONS = ("magma_no_traversal", "magma_no_beam", "magma_no_episode", "magma_no_entity", "magma_no_causal",
              "magma_no_policy", "magma_no_temporal", "magma_no_adapter")
@@ -33,7 +34,7 @@ LOCOMO_ORDER = ("single-hop", "multi-hop", "temporal", "open-domain", "adversari
 SAME_RUN_KEYS = ("task", "memory", "consolidation", "llm", "judge")
 
 
-class ReportError(ValueError):
+class ReportError(MagmaError, ValueError):
     """Run folders that cannot be reported; the message names the folder."""
 
 
@@ -55,7 +56,7 @@ def load_runs(paths: list[Path]) -> list[dict]:
     two different experiments under one name are an error."""
     runs: dict[tuple[str, str], dict] = {}
     for folder in find_runs(paths):
-        metrics = json.loads((folder / "metrics.json").read_text())
+        metrics = read_json_object(folder / "metrics.json")   # a damaged one: DamagedFileError naming it
         # metrics.json copied out of its run folder (experiments/results/locomo_dev) has no config:
         # it is one run per memory already
         cfg = OmegaConf.load(folder / "config.yaml") if (folder / "config.yaml").is_file() else OmegaConf.create()
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         written = write_reports(args.runs, args.out, args.metric)
-    except ReportError as err:
+    except MagmaError as err:      # a ReportError, or a DamagedFileError naming the file
         print(f"report: error: {err}", file=sys.stderr)
         sys.exit(2)
     for path in written:

@@ -105,6 +105,13 @@ def test_same_run_twice_counts_once_but_two_different_runs_are_refused(sweeps, t
     assert "two different magma runs on locomo" in proc.stderr and str(tmp_path / "other" / "0") in proc.stderr
 
 
+def test_a_damaged_metrics_json_is_named_in_one_line(sweeps, tmp_path):
+    (sweeps / "table1" / "0_locomo_magma" / "metrics.json").write_text('{"dataset": "locomo", ')
+    proc = report(sweeps / "table1", "--out", tmp_path / "out")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stderr.startswith(f"report: error: {sweeps / 'table1' / '0_locomo_magma' / 'metrics.json'}: not JSON")
+
+
 def test_folder_without_runs_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     proc = report(tmp_path / "empty", "--out", tmp_path / "out")
