@@ -61,17 +61,18 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
 
 
 def read_complete_lines(path: Path, cut: bool = True, key: str | Sequence[str] | None = None,
-                        numbers: Sequence[str] = ()) -> list[dict]:
+                        numbers: Sequence[str] = (), strings: Sequence[str] = ()) -> list[dict]:
     """The JSON lines of ``path`` that were written whole (none when it does not exist); with
     ``cut`` the file is then cut back to them (``cut_torn_line``). A whole line that is not a JSON
     object, lacks ``key`` (or one of the keys ``key`` lists) when one is given, or holds other than a
-    number in one of the fields ``numbers`` lists, raises DamagedFileError before anything is cut."""
+    number in one of the fields ``numbers`` lists, or other than a string in one of ``strings`` (the
+    fields a reader looks lines up by or hands on as text), raises DamagedFileError before anything is cut."""
     if not path.exists():
         return []
     data = path.read_bytes()
     whole = data[: data.rfind(b"\n") + 1]
     keys = (key,) if isinstance(key, str) else tuple(key or ())
-    lines = [_json_object(line, f"{path} line {number}", keys, tuple(numbers))
+    lines = [_json_object(line, f"{path} line {number}", keys, tuple(numbers), tuple(strings))
              for number, line in enumerate(whole.splitlines(), 1) if line.strip()]
     if cut:
         cut_torn_line(path)
@@ -84,9 +85,10 @@ def read_json_object(path: Path) -> dict:
     return _json_object(Path(path).read_bytes(), str(path), ())
 
 
-def _json_object(data: bytes, where: str, keys: tuple[str, ...], numbers: tuple[str, ...] = ()) -> dict:
-    """``data`` as a JSON object with ``keys``, a number in each of its ``numbers`` fields; a refusal
-    names ``where`` (a file, or a file and line)."""
+def _json_object(data: bytes, where: str, keys: tuple[str, ...], numbers: tuple[str, ...] = (),
+                 strings: tuple[str, ...] = ()) -> dict:
+    """``data`` as a JSON object with ``keys``, a number in each of its ``numbers`` fields and a string
+    in each of its ``strings`` fields; a refusal names ``where`` (a file, or a file and line)."""
     try:
         value = json.loads(data)
     except ValueError as e:   # invalid JSON or invalid UTF-8
@@ -99,6 +101,9 @@ def _json_object(data: bytes, where: str, keys: tuple[str, ...], numbers: tuple[
     wrong = next((k for k in numbers if k in value and not _is_number(value[k])), None)
     if wrong is not None:
         raise DamagedFileError(f"{where}: {wrong!r} is not a number ({json.dumps(value[wrong])[:40]})")
+    wrong = next((k for k in strings if k in value and not isinstance(value[k], str)), None)
+    if wrong is not None:
+        raise DamagedFileError(f"{where}: {wrong!r} is not a string ({json.dumps(value[wrong])[:40]})")
     return value
 
 

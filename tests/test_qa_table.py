@@ -78,7 +78,9 @@ def test_runs_over_other_questions_or_unfinished_runs_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("line, why", [("not json", "not JSON"),                     # before: a JSONDecodeError
-                                       ('{"category": "single-hop", "f1": 1.0}', "no 'question_id'")])   # KeyError
+                                       ('{"category": "single-hop", "f1": 1.0}', "no 'question_id'"),   # KeyError
+                                       # before: a TypeError (unhashable list)
+                                       ('{"question_id": ["q3"], "f1": 1.0}', r"'question_id' is not a string")])
 def test_a_damaged_scores_line_is_a_damaged_file_error_naming_file_and_line(tmp_path, line, why):
     from magma_torch import DamagedFileError
 

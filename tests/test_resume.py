@@ -86,6 +86,7 @@ def test_reopen_drops_a_torn_line_and_the_stale_finish_marker(tmp_path):
     ("garbage\n", r"predictions\.jsonl line 3: not JSON"),
     ("[1, 2]\n", r"predictions\.jsonl line 3: expected a JSON object, got list"),
     ('{"sample_id": "b"}\n', r"predictions\.jsonl line 3: no 'question_id'"),
+    ('{"question_id": ["b/q0"]}\n', r"""predictions\.jsonl line 3: 'question_id' is not a string \(\["b/q0"\]\)"""),
 ])
 def test_a_damaged_line_fails_naming_file_and_line_and_leaves_the_finished_run_as_it_was(tmp_path, damage, message):
     folder = RunFolder(tmp_path)

@@ -35,6 +35,8 @@ from .schema import to_json_schema
 FIELDS = ("key", "text", "parsed", "prompt_tokens", "completion_tokens", "seconds")
 # the fields of a line that must hold a number (cost sums them): another type is damage too
 NUMBERS = ("prompt_tokens", "completion_tokens", "seconds")
+# and those that must hold a string: the key lines are looked up by, the text a Generation hands on
+STRINGS = ("key", "text")
 
 
 class CachedLLM:
@@ -46,10 +48,10 @@ class CachedLLM:
         self.name = llm.name
         self.hits = 0
         self._lock = threading.Lock()
-        # a line that is not a JSON object with every field of a kept generation, its cost in numbers, is refused
-        # (DamagedFileError), naming the file, line and field, before any is reused
-        self._lines: dict[str, dict] = {line["key"]: line
-                                        for line in read_complete_lines(self.path, key=FIELDS, numbers=NUMBERS)}
+        # a line that is not a JSON object with every field of a kept generation, its cost in numbers and its
+        # key and text strings, is refused (DamagedFileError), naming the file, line and field, before any is reused
+        lines = read_complete_lines(self.path, key=FIELDS, numbers=NUMBERS, strings=STRINGS)
+        self._lines: dict[str, dict] = {line["key"]: line for line in lines}
 
     @property
     def usage(self):
@@ -107,7 +109,8 @@ def _generation(line: dict, schema: dict | type | None) -> Generation:
 
 def cost(path: str | Path) -> dict:
     """What the generations kept in ``path`` cost: their count, tokens and seconds, in all and per generation."""
-    lines = read_complete_lines(Path(path), cut=False, key=FIELDS, numbers=NUMBERS)   # damage: DamagedFileError
+    # damage: DamagedFileError
+    lines = read_complete_lines(Path(path), cut=False, key=FIELDS, numbers=NUMBERS, strings=STRINGS)
     n = len(lines)
     total = {k: sum(line[k] for line in lines) for k in NUMBERS}
     return {"generations": n, **total, "per_generation": {k: v / n if n else 0.0 for k, v in total.items()}}
