@@ -48,6 +48,25 @@ def test_the_errors_section_names_every_exported_error():
     assert [n for n in errors if not re.search(rf"`(magma_torch\.)?{n}`", section)] == []
 
 
+def test_the_builtin_bases_list_gives_every_exported_error_its_own_builtin():
+    import builtins
+
+    import magma_torch
+
+    block = README.read_text(encoding="utf-8").split("<!-- builtin-bases -->\n", 1)[1].split("<!-- /builtin-bases -->")[0]
+    listed = {}
+    for item in re.split(r"\n- ", "\n" + block.strip())[1:]:
+        base, names = item.split(":", 1)
+        listed.update((n, base.strip("` ")) for n in re.findall(r"`(\w+)`", names))
+    errors = {n: getattr(magma_torch, n) for n in magma_torch.__all__ if n not in ("MagmaMemory", "StoredEvent", "MagmaError")}
+    assert sorted(listed) == sorted(errors)
+    for name, base in listed.items():
+        assert issubclass(errors[name], getattr(builtins, base)), name
+        # the most specific builtin: no listed builtin below it that the error also derives from
+        assert not any(issubclass(errors[name], getattr(builtins, other)) and other != base
+                       and issubclass(getattr(builtins, other), getattr(builtins, base)) for other in set(listed.values())), name
+
+
 def test_the_resume_section_lists_the_settings_that_may_change():
     from magma_torch.eval.run_folder import RESUMABLE_CHANGES
 
