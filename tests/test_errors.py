@@ -170,7 +170,8 @@ WHOLE = {"key": "a", "text": "x", "parsed": None, "prompt_tokens": 1, "completio
                                        ('{"key": "b", "text": "x"}', "no 'parsed'"),
                                        # before: a raw TypeError (unhashable list), or a number handed on as text
                                        (json.dumps({**WHOLE, "key": ["b"]}), r"""'key' is not a string \(\["b"\]\)$"""),
-                                       (json.dumps({**WHOLE, "key": "b", "text": 7}), r"'text' is not a string \(7\)$")])
+                                       (json.dumps({**WHOLE, "key": "b", "text": 7}),
+                                        r"'text' is not a string \(7\)$")])
 def test_a_damaged_generation_cache_is_a_magma_error_and_a_value_error_naming_file_and_line(tmp_path, line, why):
     # DamagedFileError is what a run folder's or a consolidation.cache's JSON-lines file raises for a damaged line
     from magma_torch.llm.cache import CachedLLM
