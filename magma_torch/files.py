@@ -63,16 +63,18 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
 def read_complete_lines(path: Path, cut: bool = True, key: str | Sequence[str] | None = None,
                         numbers: Sequence[str] = (), strings: Sequence[str] = ()) -> list[dict]:
     """The JSON lines of ``path`` that were written whole (none when it does not exist); with
-    ``cut`` the file is then cut back to them (``cut_torn_line``). A whole line that is not a JSON
-    object, lacks ``key`` (or one of the keys ``key`` lists) when one is given, or holds other than a
-    number in one of the fields ``numbers`` lists, or other than a string in one of ``strings`` (the
-    fields a reader looks lines up by or hands on as text), raises DamagedFileError before anything is cut."""
+    ``cut`` the file is then cut back to them (``cut_torn_line``). ``key`` is the field lines are
+    looked up by (a string in every line), or a sequence of fields every line holds. A whole line that
+    is not a JSON object, lacks ``key`` (or one of the keys ``key`` lists), holds other than a string
+    in the one ``key`` or in one of the fields ``strings`` lists (text a reader hands on), or other
+    than a number in one of the fields ``numbers`` lists, raises DamagedFileError before anything is cut."""
     if not path.exists():
         return []
     data = path.read_bytes()
     whole = data[: data.rfind(b"\n") + 1]
     keys = (key,) if isinstance(key, str) else tuple(key or ())
-    lines = [_json_object(line, f"{path} line {number}", keys, tuple(numbers), tuple(strings))
+    strings = (key, *strings) if isinstance(key, str) else tuple(strings)
+    lines = [_json_object(line, f"{path} line {number}", keys, tuple(numbers), strings)
              for number, line in enumerate(whole.splitlines(), 1) if line.strip()]
     if cut:
         cut_torn_line(path)

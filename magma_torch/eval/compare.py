@@ -29,7 +29,7 @@ def read_scores(folder: Path) -> dict[str, dict]:
                            "writes it from predictions.jsonl")
     # a damaged line (not a JSON object, no question_id) is a DamagedFileError naming the file and line, a
     # damaged metrics.json one naming the file
-    rows = read_complete_lines(path, cut=False, key="question_id", strings=("question_id",))
+    rows = read_complete_lines(path, cut=False, key="question_id")
     return {r["question_id"]: r for r in counted(read_json_object(folder / "metrics.json"), rows)}
 
 

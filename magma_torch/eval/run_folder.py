@@ -105,9 +105,9 @@ class RunFolder:
     def open(self, cfg: DictConfig) -> None:
         """Create or reopen the folder for ``cfg``; loads what a previous attempt finished. A damaged
         line or another configuration fails before anything in the folder changes."""
-        builds = read_complete_lines(self.samples_path, cut=False, key="sample_id", strings=("sample_id",))
-        rows = read_complete_lines(self.predictions_path, cut=False, key="question_id", strings=("question_id",))
-        scores = read_complete_lines(self.scores_path, cut=False, key="question_id", strings=("question_id",))
+        builds = read_complete_lines(self.samples_path, cut=False, key="sample_id")
+        rows = read_complete_lines(self.predictions_path, cut=False, key="question_id")
+        scores = read_complete_lines(self.scores_path, cut=False, key="question_id")
         config_path = self.path / "config.yaml"
         # A folder where nothing finished (an attempt that failed on its first sample) takes any configuration
         if config_path.exists() and (builds or rows or scores):
