@@ -50,7 +50,7 @@ def timed(bench: Bench, paths: dict[str, QueryPath], warmup: int, queries: int, 
             _, _, result, _ = path(q, w)
             if i >= warmup:
                 ms[name].append((time.perf_counter() - t) * 1000 / batch)
-            nodes[name] = set(zip(result.query.tolist(), result.node.tolist()))
+            nodes[name] = set(zip(result.query.tolist(), result.node.tolist(), strict=True))
         if i >= warmup:
             first = next(iter(nodes.values()))
             for name in paths:

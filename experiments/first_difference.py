@@ -19,7 +19,7 @@ def first_difference(a: list, b: list) -> int | None:
     """0-based rank of the first differing entry (a prefix differs where it ends); None when equal."""
     if a == b:
         return None
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def read(run: Path) -> dict[str, dict]:

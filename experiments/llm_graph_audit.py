@@ -66,7 +66,7 @@ class Recorder:
 
     def generate(self, prompts, **kw):
         gens = self.llm.generate(prompts, **kw)
-        for prompt, g in zip(prompts, gens):
+        for prompt, g in zip(prompts, gens, strict=True):
             if g.error is None and isinstance(g.parsed, dict):
                 refs = shown_events(prompt)
                 self.parsed.append(g.parsed)
@@ -101,7 +101,7 @@ def built_graph(memory_cfg, consolidation, sample, embedder: Embedder, llm=None)
         ids = mem.add_many(records(sample))
         mem.consolidate()
         rows = mem.store.events.rows
-        return Graph(causal=list(zip(*(t.tolist() for t in mem.store.graph.edges("causal")))),
+        return Graph(causal=list(zip(*(t.tolist() for t in mem.store.graph.edges("causal")), strict=True)),
                      mentions=mem.store.graph.num_edges("entity"), entities=len(mem.store.entities),
                      updates=mem.store.graph.num_edges("supersedes"), status=mem.worker.statuses(ids),
                      texts={i: (rows[i].speaker, rows[i].text) for i in range(len(rows))})
@@ -176,7 +176,7 @@ def audit(folder: Path, sample: int, seed: int, data: str | None, against: Path 
             # the other folder's graph over the same turns (all of them, while this one may be cut short)
             h = built_graph(other.memory, OmegaConf.to_container(other.consolidation, resolve=True), s, embedder)
             theirs = [_per_thousand(len(h.causal), len(h.status)), h.mentions, h.entities, h.updates]
-            rows = [(*r, t) for r, t in zip(rows, theirs)]
+            rows = [(*r, t) for r, t in zip(rows, theirs, strict=True)]
             head, rule = head + f" `{against.name}` ({other_kind}) |", rule + " --- |"
         out += ["", f"## `{s.sample_id}`: {n} of {len(g.status)} events replayed from the cache", "", head, rule,
                 *("| " + " | ".join(map(str, r)) + " |" for r in rows), "",

@@ -146,7 +146,7 @@ def locomo_targets() -> str:
     lines = ["| target | goal | dev, as run (map and re-ranker fitted on these questions) | held out a conversation at a time |",
              "| --- | --- | --- | --- |"]
     lines += [f"| {what} | ≥ {goal:.2f} | {dev:.3f} | {out:.3f}: {_met(out >= goal)} |"
-              for what, goal, dev, out in zip(names, goals, rows_of(runs), rows_of(held))]
+              for what, goal, dev, out in zip(names, goals, rows_of(runs), rows_of(held), strict=True)]
     return "\n".join(lines) + "\n"
 
 

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
                 mem.add_many(records(sample))
                 mem.consolidate()
                 results = mem.retrieve_batch([q.question for q in qs], [q.query_time for q in qs])
-            rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
+            rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results, strict=True)]
             answer_rows(rows, qs, results, reader, reader, cfg.task)
             for r in rows:
                 print(f"{r['question_id']} [{r['category']} / {r['intent']}] {r['question']}\n  gold: {r['gold']}\n"

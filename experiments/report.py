@@ -156,7 +156,7 @@ def cost_chart(runs: list[dict], path: Path) -> None:
               ("context tokens / query", lambda m: m["overall"]["context_tokens_mean"]),
               ("retrieval ms / question", lambda m: retrieval_ms(m["overall"]))]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 0.45 * len(runs) + 1.5))
-    for ax, (name, value) in zip(axes, panels):
+    for ax, (name, value) in zip(axes, panels, strict=True):
         ax.barh(range(len(runs)), [value(r["metrics"]) for r in runs])
         ax.set_yticks(range(len(runs)), labels if ax is axes[0] else [""] * len(runs), fontsize=7)
         ax.invert_yaxis()

@@ -67,7 +67,7 @@ def pool_features(ret: Retriever, snap, sample) -> list[tuple[np.ndarray, np.nda
     """(features [P, F], labels [P]) per scored question of ``sample``."""
     qs = scored_questions(sample)
     texts = [q.question for q in qs]
-    epochs = [epoch_window(question_time_window(t, q.query_time)) for t, q in zip(texts, qs)]
+    epochs = [epoch_window(question_time_window(t, q.query_time)) for t, q in zip(texts, qs, strict=True)]
     sim = ret.similarity(snap, ret.embed_questions(texts, snap.embeddings.device)[1])
     fused = ret.fused(snap, sim, epochs, texts)
     feats = ret.rerank_features(snap, sim, fused).numpy()
@@ -89,7 +89,7 @@ def fit(parts: list[tuple[np.ndarray, np.ndarray]], c: float, drop: tuple[str, .
     clf = LogisticRegression(C=c, max_iter=5000).fit((x[:, live] - mu[live]) / sd[live], y)
     w = np.zeros(len(FEATURES))
     w[live] = clf.coef_[0] / sd[live]
-    return {f: round(float(v), 6) for f, v in zip(FEATURES, w)}
+    return {f: round(float(v), 6) for f, v in zip(FEATURES, w, strict=True)}
 
 
 def recall(ret: Retriever, snap, sample, budget: int) -> list[dict]:
@@ -97,7 +97,7 @@ def recall(ret: Retriever, snap, sample, budget: int) -> list[dict]:
     qs = scored_questions(sample)
     rs = ret.retrieve_batch(snap, [q.question for q in qs], [q.query_time for q in qs])
     task = SimpleNamespace(recall_k=[10], recall_any_k=[], recall_tokens=[budget])
-    rows = [question_row(sample, q, r, task) for q, r in zip(qs, rs)]
+    rows = [question_row(sample, q, r, task) for q, r in zip(qs, rs, strict=True)]
     return [{"category": row["category"]} | {k: v for k, v in row.items() if k.startswith("recall_all@")}
             for row in rows]
 

@@ -103,7 +103,7 @@ def entities_named(entities, name: str) -> list[int]:
     if name in entities.by_name:
         return [entities.by_name[name]]
     want = " ".join(name.split()).casefold()
-    return [i for i, (canonical, written) in enumerate(zip(entities.names, entities.surfaces))
+    return [i for i, (canonical, written) in enumerate(zip(entities.names, entities.surfaces, strict=True))
             if want in (canonical.casefold(), " ".join(written.split()).casefold())]
 
 
@@ -158,7 +158,7 @@ def _nearer_or_linked(embeddings: torch.Tensor, semantic: tuple[torch.Tensor, ..
     degree = torch.bincount(src, minlength=n)
     farthest = torch.full((n,), float("inf")).scatter_reduce(0, src, weight.float(), "amin")
     hit = torch.zeros(n, dtype=torch.bool)
-    for row, vector in zip(rows, vectors):
+    for row, vector in zip(rows, vectors, strict=True):
         later = torch.arange(row + 1, n)
         scores = (embeddings[row + 1:n] @ vector.reshape(-1).to(embeddings)).float().cpu()
         hit[later[(scores > cfg.theta_sim) & ((degree[later] < cfg.semantic_k) | (scores >= farthest[later]))]] = True
@@ -187,7 +187,7 @@ def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
     c = compact.relinked(c, "semantic", later, [])
     tokens += store.keyword_index.tokenize([fast_path.embed_text(r, mem.fast_cfg) for r in batch.rows])
     firsts: dict[str, int] = {}
-    for r, j in sorted(zip(rows, batch.rows)):
+    for r, j in sorted(zip(rows, batch.rows, strict=True)):
         firsts.setdefault(j.stream, r)
     again = _asked_again(mem, c, firsts)
     _apply(mem, c, tokens, set(), {r.stream for r in batch.rows}, again)

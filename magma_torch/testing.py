@@ -197,7 +197,7 @@ def assert_same_retrieval(a, b) -> None:
 
     qs = [q for s in load_demo() for q in s.questions][::7]
     texts, times = [q.question for q in qs], [q.query_time for q in qs]
-    results = list(zip(a.retrieve_batch(texts, times), b.retrieve_batch(texts, times)))
+    results = list(zip(a.retrieve_batch(texts, times), b.retrieve_batch(texts, times), strict=True))
     assert {ra.intent for ra, _ in results} == {"WHY", "WHEN", "ENTITY"}
     for ra, rb in results:
         assert ra.intent == rb.intent and ra.time_window == rb.time_window

@@ -57,9 +57,9 @@ def evaluate(dev: Path = DEV, weights: str | None = None, labelled: Path = LABEL
         x = embed(qs, encoder)
         head = clf.predict_labels(x)
         routed = clf.predict_labels(x, qs)
-        out[name] = {"n": len(qs), "head": sum(p == g for p, g in zip(head, gold)),
-                     "routed": sum(p == g for p, g in zip(routed, gold)),
-                     "misses": [(q, g, p) for q, g, p in zip(qs, gold, routed) if p != g]}
+        out[name] = {"n": len(qs), "head": sum(p == g for p, g in zip(head, gold, strict=True)),
+                     "routed": sum(p == g for p, g in zip(routed, gold, strict=True)),
+                     "misses": [(q, g, p) for q, g, p in zip(qs, gold, routed, strict=True) if p != g]}
     return out
 
 

@@ -148,9 +148,10 @@ class QueryPath:
             anchors.append(clock("anchors", lambda: r.anchors(snap, sim, windows[p])))
             results.append(clock("beam", lambda: r.expand(snap, sim, intents[p], anchors[-1])))
         if len(passes) > 1:   # one batch again: query indices of later passes shifted
-            anchors = [Anchors(*(None if c[0] is None else torch.cat(c) for c in zip(*map(_columns, anchors))))]
-            cols = [torch.cat(c) for c in zip(*map(_columns, results))]
-            cols[0] = torch.cat([res.query + p.start for res, p in zip(results, passes)])
+            anchors = [Anchors(*(None if c[0] is None else torch.cat(c)
+                                 for c in zip(*map(_columns, anchors), strict=True)))]
+            cols = [torch.cat(c) for c in zip(*map(_columns, results), strict=True)]
+            cols[0] = torch.cat([res.query + p.start for res, p in zip(results, passes, strict=True)])
             results = [BeamResult(*cols)]
         order = clock("beam", lambda: salience_order(results[0]))
         return intents, anchors[0], results[0], order
@@ -238,7 +239,7 @@ def reference_agreement(store: MemoryStore, retriever: Retriever, q: torch.Tenso
     res_q, res_n = res.query.cpu(), res.node.cpu()
     equal, elapsed = 0, 0.0
     for b in range(n_queries):
-        a = [(int(x), float(s)) for x, s in zip(ids[b], start[b]) if x >= 0]
+        a = [(int(x), float(s)) for x, s in zip(ids[b], start[b], strict=True) if x >= 0]
         t = time.perf_counter()
         ref = reference_beam_search(event_adj, entity_lists, emb, q_cpu[b].tolist(), rows[INTENTS[intents_l[b]]], a,
                                     retriever.cfg.beam)

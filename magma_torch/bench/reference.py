@@ -30,7 +30,7 @@ class SortedAdjacency:
         values = self.values[lo:hi].tolist()
         if self.labels is None:
             return values
-        return [(v, self.labels[r]) for v, r in zip(values, self.label_ids[lo:hi].tolist())]
+        return [(v, self.labels[r]) for v, r in zip(values, self.label_ids[lo:hi].tolist(), strict=True)]
 
 
 class RowLists:

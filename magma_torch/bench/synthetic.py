@@ -122,7 +122,8 @@ def event_rows(mem: SyntheticMemory, lo: int, hi: int) -> list[EventRow]:
     """Store rows of events lo..hi-1 (the text names the event; nothing reads it)."""
     rows = []
     for i, ts, stream, session, back in zip(range(lo, hi), mem.timestamps[lo:hi].tolist(), mem.streams[lo:hi].tolist(),
-                                            mem.sessions[lo:hi].tolist(), mem.date_days_back[lo:hi].tolist()):
+                                            mem.sessions[lo:hi].tolist(), mem.date_days_back[lo:hi].tolist(),
+                                            strict=True):
         dates = []
         if back >= 0:
             day = datetime.fromtimestamp(ts - back * 86400, timezone.utc).date().isoformat()
@@ -146,7 +147,7 @@ def make_queries(mem: SyntheticMemory, n_queries: int, graph_cfg, cfg, seed: int
     # An empty window ends before the earliest date any event can mention.
     empty_end = graph_cfg.start_epoch - (graph_cfg.date_max_days_back + 2) * 86400
     windows = []
-    for u, e in zip(draw, around):
+    for u, e in zip(draw, around, strict=True):
         if u < cfg.empty_window_fraction:
             windows.append((empty_end - 2 * half, empty_end))
         elif u < cfg.window_fraction:

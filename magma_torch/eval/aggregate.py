@@ -51,7 +51,7 @@ def _check_every_shard(folders: list[Path], shards: list[str | None]) -> None:
         return
     index: dict[int, Path] = {}
     counts = set()
-    for folder, shard in zip(folders, shards):
+    for folder, shard in zip(folders, shards, strict=True):
         if shard is None:
             raise AggregateError(f"{folder}: no dataset.shard, unlike the other folders: not a shard of the same run")
         i, n = parse_shard(shard)
@@ -100,7 +100,7 @@ def aggregate(shards: list[Path], out: Path) -> dict:
         raise AggregateError("no shard folders given")
     configs = [_shard_config(folder) for folder in shards]
     first_cfg = configs[0][0]
-    for folder, (cfg, _) in zip(shards, configs):
+    for folder, (cfg, _) in zip(shards, configs, strict=True):
         if cfg != first_cfg:
             raise AggregateError(f"{folder}: its config.yaml differs from {shards[0]} beyond {', '.join(PER_SHARD)}")
     _check_every_shard(shards, [shard for _, shard in configs])

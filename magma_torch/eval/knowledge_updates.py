@@ -53,7 +53,7 @@ def measure(path: str, supersession: bool = True, embedder: Embedder | None = No
             ids = mem.add_many(records(sample))
             mem.consolidate()
             r = mem.retrieve(q.question, q.query_time)
-            by_source = {t.source_id: i for t, i in zip(sample.turns, ids)}
+            by_source = {t.source_id: i for t, i in zip(sample.turns, ids, strict=True)}
             later_src, earlier_src = sorted(q.evidence, key=by_source.__getitem__, reverse=True)
             later, earlier = by_source[later_src], by_source[earlier_src]
             linked = later in _superseders(mem, earlier)
@@ -68,7 +68,7 @@ def measure(path: str, supersession: bool = True, embedder: Embedder | None = No
 
 def _superseders(mem: MagmaMemory, event: int) -> set[int]:
     later, earlier, _ = mem.store.graph.edges("supersedes")
-    return {s for s, d in zip(later.tolist(), earlier.tolist()) if d == event}
+    return {s for s, d in zip(later.tolist(), earlier.tolist(), strict=True) if d == event}
 
 
 def summary(rows: list[dict]) -> Mapping:

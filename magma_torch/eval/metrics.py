@@ -24,7 +24,7 @@ def within_budget(sources: Sequence[Sequence[str]], tokens: Sequence[int], budge
     block counts whatever its size, as the context always shows it (cut to fit); a later block only
     when it fits, a first block without turns included."""
     out, used = [], 0
-    for k, (src, t) in enumerate(zip(sources, tokens)):
+    for k, (src, t) in enumerate(zip(sources, tokens, strict=True)):
         if k and used + t > budget:
             break
         out.extend(src)

@@ -52,11 +52,11 @@ def answer_questions(retrievals: Sequence, questions: Sequence[QuestionLike], re
         raise ValueError(f"{len(retrievals)} retrievals for {len(questions)} questions")
     check_date_style(dates)   # a bad style, or (answer_prompt) a bad version, fails before the reader runs
     prompts = [answer_prompt(q.question, r.context, r.intent, q.query_time, prompt)
-               for r, q in zip(retrievals, questions)]
+               for r, q in zip(retrievals, questions, strict=True)]
     gens = checked_generate(reader, prompts, max_tokens=max_tokens, temperature=temperature)
     texts = ["" if g.error else g.text.strip() for g in gens]
     return [Answer(format_answer(t, dates), g.prompt_tokens, g.completion_tokens, g.error, t)
-            for t, g in zip(texts, gens)]
+            for t, g in zip(texts, gens, strict=True)]
 
 
 def judge_reference(gold: str | None, category: str) -> str | None:
@@ -99,7 +99,7 @@ def judge_answers(judge: LLM, questions: Sequence[str], golds: Sequence[str | No
             todo.append(i)
             prompts.append(judge_prompt(q, ref, a.prediction, cat))
     gens = checked_generate(judge, prompts, schema=JUDGE_SCHEMA, max_tokens=max_tokens, temperature=0.0)
-    for i, g in zip(todo, gens):
+    for i, g in zip(todo, gens, strict=True):
         v, err = parse_verdict(g)
         out[i] = Verdict(v, g.prompt_tokens, g.completion_tokens, err)
     return out

@@ -123,7 +123,7 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
     verdicts = judge_answers(judge, [q.question for q in qs], [q.gold for q in qs], kinds,
                              answers, max_tokens=task.judge_max_tokens) if judge is not None else None
     t2 = time.perf_counter()
-    for i, (row, q, a) in enumerate(zip(rows, qs, answers)):
+    for i, (row, q, a) in enumerate(zip(rows, qs, answers, strict=True)):
         row["answer_s"], row["judge_s"] = (t1 - t0) / len(qs), (t2 - t1) / len(qs)
         row["prediction"] = a.prediction
         if a.reader_text != a.prediction:
@@ -315,7 +315,7 @@ def _run(cfg: DictConfig, folder: RunFolder, samples: Iterable[Sample], total: i
                     raise
             todo = [i for i, q in enumerate(sample.questions) if q.question_id not in done]
             qs, results = [sample.questions[i] for i in todo], [results[i] for i in todo]
-            rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results)]
+            rows = [question_row(sample, q, r, cfg.task) for q, r in zip(qs, results, strict=True)]
             if reader is not None:
                 # answered and flushed a chunk at a time: a stopped run keeps every finished chunk
                 chunk = cfg.task.answer_chunk

@@ -77,7 +77,7 @@ def _path_lines(ex: Explanation) -> list[str]:
 def _table(rows: list[list[str]]) -> list[str]:
     rows = [[printable(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1] for row in rows]
 
 
 def _short(text: str) -> str:

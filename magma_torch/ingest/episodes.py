@@ -49,7 +49,7 @@ def assign_episodes(store: MemoryStore, ids: list[int] | range, embeddings: torc
     ep.add(streams, firsts, event_ids, member_ids, embeddings)
     ev.episode.data[event_ids.to(ev.episode.data.device)] = member_ids.to(ev.episode.data.device)
     docs = defaultdict(list)
-    for e, t in zip(members, tokens):
+    for e, t in zip(members, tokens, strict=True):
         docs[e].extend(t)
     for e in sorted(docs):
         if e < first_new:
@@ -58,7 +58,7 @@ def assign_episodes(store: MemoryStore, ids: list[int] | range, embeddings: torc
             store.episode_keywords.add([docs[e]])
     store.graph.add_edges("episode", event_ids, member_ids)
     if chain:
-        s, d = (torch.tensor(c, dtype=torch.long) for c in zip(*chain))
+        s, d = (torch.tensor(c, dtype=torch.long) for c in zip(*chain, strict=True))
         store.graph.add_edges("episode_chain", s, d)
 
 

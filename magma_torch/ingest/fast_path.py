@@ -97,7 +97,8 @@ def _check_same_turn(name: str, source_id: str, held: EventRow, key: tuple) -> N
     """A known source id is the same turn again only with the same text, time, speaker and stream:
     a different one would be dropped in silence (two conversations sharing turn ids, say)."""
     differ = [f for f, a, b in zip(("text", "timestamp", "speaker", "stream"),
-                                   content_key(held.text, held.timestamp, held.speaker, held.stream), key) if a != b]
+                                   content_key(held.text, held.timestamp, held.speaker, held.stream), key,
+                                   strict=True) if a != b]
     if differ:
         raise IngestError(f"{name}: source_id {source_id!r} is already stored with another {', '.join(differ)} "
                           f"(stream {held.stream!r}); give each turn its own source_id, or update() the stored one")
@@ -221,7 +222,7 @@ def ingest(records: Iterable[Mapping], store: MemoryStore, embedder: Embedder, c
         new_ids = [store.events.ids[r] for r in rows]
         new_iter = iter(new_ids)
         out = [next(new_iter) if e is None else (k if e >= 0 else new_ids[-1 - e])
-               for e, k in zip(batch.existing, known)]
+               for e, k in zip(batch.existing, known, strict=True)]
     return out, rows
 
 
@@ -232,8 +233,8 @@ def prepare(records: list[Mapping], store: MemoryStore, embedder: Embedder, cfg:
     emb = store.events.embeddings.data.new_zeros((0, store.dim))
     if rows:
         texts = [embed_text(r, cfg) for r in rows]
-        _warn_truncation(texts, [_record_name(i, r) for i, (r, e) in enumerate(zip(records, existing)) if e is None],
-                         embedder)
+        _warn_truncation(texts, [_record_name(i, r) for i, (r, e) in enumerate(zip(records, existing, strict=True))
+                                 if e is None], embedder)
         emb = embedder.encode(texts).to(store.device, store.events.embeddings.data.dtype)
     return PreparedBatch(rows, emb, existing, goes_back)
 
@@ -291,6 +292,6 @@ def _warn_truncation(texts: list[str], names: list[str], embedder: Embedder) -> 
     if not long_idx:
         return
     counts = embedder.count_tokens([texts[i] for i in long_idx])
-    for i, c in zip(long_idx, counts):
+    for i, c in zip(long_idx, counts, strict=True):
         if c > limit:
             log.warning("%s: %d tokens; embedded truncated to %d, stored whole", names[i], c, limit)

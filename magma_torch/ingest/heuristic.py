@@ -582,7 +582,7 @@ class HeuristicConsolidator:
         todo = {ev.id: ev.text for ev in batch}
         todo.update({c.id: c.text for w in windows.values() for c in w if c.id not in self._parsed and c.id not in todo})
         ids = list(todo)
-        docs = dict(zip(ids, nlp.parse(todo[i] for i in ids)))
+        docs = dict(zip(ids, nlp.parse(todo[i] for i in ids), strict=True))
         for i in ids:
             self._parsed[i] = self._parse_view(docs[i])
             self._parsed.move_to_end(i)
@@ -647,7 +647,7 @@ class HeuristicConsolidator:
         for stream, events in streams.items():
             st = self._stream(stream)
             fresh = [(i, e) for i, e in events if i not in st.records]
-            docs = dict(zip([i for i, _ in fresh], nlp.parse(e.text for _, e in fresh)))
+            docs = dict(zip([i for i, _ in fresh], nlp.parse(e.text for _, e in fresh), strict=True))
             ids = {i for i, _ in events}
             st.counts, st.pending = {}, {}
             self._room = {e: r for e, r in self._room.items() if e not in ids}

@@ -320,7 +320,7 @@ class LLMConsolidator:
         refmaps = [self.refs(ev, context.get(ev.id, ())) for ev in batch]
         gens = checked_generate(self.llm, [self.prompt(r) for r in refmaps], schema=self.schema,
                                 max_tokens=self.max_tokens, temperature=self.temperature)
-        return [self.validate(ev, refs, gen) for ev, refs, gen in zip(batch, refmaps, gens)]
+        return [self.validate(ev, refs, gen) for ev, refs, gen in zip(batch, refmaps, gens, strict=True)]
 
     def validate(self, ev: EventView, refs: Mapping[str, EventView], gen) -> LLMProposal:
         """Turn one generation into a proposal, rejecting (with notes) whatever breaks a rule."""

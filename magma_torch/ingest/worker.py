@@ -278,7 +278,7 @@ class SlowPathWorker:
                 if not fresh:
                     break
                 sims = (emb[torch.tensor(fresh, device=dev)].float() @ emb[i].float()).tolist()
-                ranked = sorted(zip(fresh, sims), key=lambda t: (t[0] != prev, -t[1], -t[0]))
+                ranked = sorted(zip(fresh, sims, strict=True), key=lambda t: (t[0] != prev, -t[1], -t[0]))
                 new = [j for j, _ in ranked[: cap - len(kept)]]
                 seen.update(fresh)
                 kept += new

@@ -77,8 +77,8 @@ class CachedLLM:
             seconds = (time.perf_counter() - t0) / len(missing)
             new = [{"key": keys[i], "text": g.text, "parsed": _plain(g.parsed), "prompt_tokens": g.prompt_tokens,
                     "completion_tokens": g.completion_tokens, "seconds": seconds}
-                   for i, g in zip(missing, gens) if g.error is None]
-            fresh = dict(zip(missing, gens))
+                   for i, g in zip(missing, gens, strict=True) if g.error is None]
+            fresh = dict(zip(missing, gens, strict=True))
             with self._lock:
                 if new:
                     self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -128,7 +128,7 @@ class TransformersBackend:
                         reasons[i] = f"generation failed: {type(e).__name__}: {str(e)[:200]}"
                         retry.append(i)
                     continue
-                for i, (text, pt, ct) in zip(idx, outs):
+                for i, (text, pt, ct) in zip(idx, outs, strict=True):
                     p_tok[i] += pt
                     c_tok[i] += ct
                     if schema is None:

@@ -69,7 +69,7 @@ class VLLMBackend:
         idx = list(msgs)
         try:
             outs = self.llm.chat([msgs[i] for i in idx], params, use_tqdm=False)
-            return dict(zip(idx, outs)), {}
+            return dict(zip(idx, outs, strict=True)), {}
         except Exception as e:   # request validation (prompt too long, bad schema) or a dead engine
             if len(idx) == 1:
                 return {}, {idx[0]: f"rejected by the engine: {type(e).__name__}: {str(e)[:300]}"}

@@ -35,7 +35,7 @@ def rrf_fuse(rankings: list[torch.Tensor], weights: list[float], k: int, top: in
     if compiled(kernel, device):
         return _compiled_rrf_fuse(rankings, weights, k, top, num_nodes)
     qs, ids, contrib, sig, rank = [], [], [], [], []
-    for s, (ranked, w) in enumerate(zip(rankings, weights)):
+    for s, (ranked, w) in enumerate(zip(rankings, weights, strict=True)):
         if ranked.numel() == 0 or w == 0:
             continue
         r = torch.arange(1, ranked.shape[1] + 1, device=device).expand_as(ranked)

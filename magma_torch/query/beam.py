@@ -141,7 +141,7 @@ def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, an
         visited = index_sort(torch.cat([visited, r_q * n + node]), max_value=b_size * n)[0]
         count = count + torch.bincount(r_q, minlength=b_size)
         f_q, f_n, f_s = r_q, node, score
-    return BeamResult(*(torch.cat(col) for col in zip(*parts)))
+    return BeamResult(*(torch.cat(col) for col in zip(*parts, strict=True)))
 
 
 def entity_specificity(graph: GraphSnapshot, entities: torch.Tensor, num_events: int,

@@ -68,7 +68,7 @@ def render_blocks(events: list[int], rows: list[EventRow], episodes: list[int] |
         return [Block(e, text, count_tokens(text)) for e in events
                 for text in [render_block(ref(e), rows[e], note=notes.get(e, ""))]]
     out, headed = [], set()
-    for e, ep in zip(events, episodes):
+    for e, ep in zip(events, episodes, strict=True):
         text = render_block(ref(e), rows[e], starts[ep], notes.get(e, ""))
         extra = 0 if ep in headed else count_tokens(episode_header(starts[ep]))
         headed.add(ep)
@@ -110,7 +110,7 @@ def display_order(events: list[int], intent: str, rows: list[EventRow], causal: 
     if episodes is None:
         return _behind([[e] for e in _order(events, intent, rows, causal)], follows)
     members: dict[int, list[int]] = defaultdict(list)
-    for e, ep in zip(events, episodes):
+    for e, ep in zip(events, episodes, strict=True):
         members[ep].append(e)
     groups = list(members.values())                       # episodes by their most salient event
     if intent in ("WHEN", "WHY"):

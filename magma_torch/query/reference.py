@@ -39,7 +39,7 @@ def reference_beam_search(event_adj, hub_lists, embeddings: Sequence[Sequence[fl
     n = len(embeddings)
 
     def cos(v: int) -> float:
-        return sum(a * b for a, b in zip(embeddings[v], query))
+        return sum(a * b for a, b in zip(embeddings[v], query, strict=True))
 
     def specificity(entity: int) -> float:
         """log(N / df) / log(N): an entity mentioned by every event carries nothing."""

@@ -122,7 +122,7 @@ class Retriever:
         started = time.perf_counter()
         probs = self.intent_probs(raw, questions)
         intents = self.intents(raw, probs)
-        windows = [question_time_window(text, t) for text, t in zip(questions, query_times)]
+        windows = [question_time_window(text, t) for text, t in zip(questions, query_times, strict=True)]
         if self.cfg.mode == "full_context" or snap.num_events == 0:
             # an empty memory has nothing to rank; full_context over it is the empty result
             out = self._full_context(snap, questions, intents, windows, budget)
@@ -140,7 +140,7 @@ class Retriever:
         for b, r in enumerate(out):
             r.retrieval_ms = per_query_ms
             if probs is not None:
-                r.intent_probs = dict(zip(INTENTS, probs[b].tolist()))
+                r.intent_probs = dict(zip(INTENTS, probs[b].tolist(), strict=True))
         return out
 
     # The tensor steps of Algorithm 1 for a batch of embedded questions q [B, d]; magma-bench
@@ -291,7 +291,7 @@ class Retriever:
                   filter_windows: list | None = None) -> list[Retrieval]:
         """Retrievals from the visited set; with ``filter_windows`` (epoch windows) expansions
         outside their question's window are left out too."""
-        rows, causal = snap.rows, list(zip(*(t.tolist() for t in snap.causal_edges)))
+        rows, causal = snap.rows, list(zip(*(t.tolist() for t in snap.causal_edges), strict=True))
         later_of = superseders(*snap.supersedes, snap.timestamps, snap.num_events)
         order = salience_order(res)
         if filter_windows is not None and order.numel():
@@ -316,7 +316,8 @@ class Retriever:
             context, kept, blocks = linearize(ranked, intent, rows, causal, budget, episodes=episodes, starts=starts,
                                               ids=snap.event_ids, notes=notes(ranked, later_of, rows),
                                               follows=follows)
-            nodes = [_node(rows, e, sc, blk.tokens, later_of.get(e, [None])[0]) for (e, sc), blk in zip(scored, blocks)]
+            nodes = [_node(rows, e, sc, blk.tokens, later_of.get(e, [None])[0])
+                     for (e, sc), blk in zip(scored, blocks, strict=True)]
             # An expansion whose parent the time filter left out keeps no path: paths join retrieved events only.
             retrieved = {node[i] for i in idx}
             paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
@@ -357,7 +358,7 @@ class Retriever:
         for j, a in enumerate(anchors.ids[b].tolist()):
             if a < 0:
                 break
-            ranks = {s: int(r) for s, r in zip(SIGNALS, anchors.ranks[b, j].tolist()) if r > 0}
+            ranks = {s: int(r) for s, r in zip(SIGNALS, anchors.ranks[b, j].tolist(), strict=True) if r > 0}
             out.append(Anchor(a, float(anchors.fused_scores[b, j]), ranks))
         return out
 

@@ -94,7 +94,8 @@ def relinked(c: Compacted, rel: str, rows: Collection[int], edges: Sequence[tupl
     s, d, w = edges_of(t, rel)
     keep = ~torch.isin(s, torch.tensor(sorted(rows), dtype=torch.long))
     new_s, new_d, new_w = (torch.tensor(col, dtype=dt) for col, dt in
-                           zip(zip(*edges) if edges else ([], [], []), (torch.long, torch.long, w.dtype)))
+                           zip(zip(*edges, strict=True) if edges else ([], [], []), (torch.long, torch.long, w.dtype),
+                               strict=True))
     return _with_edges(c, rel, torch.cat([s[keep], new_s]), torch.cat([d[keep], new_d]), torch.cat([w[keep], new_w]))
 
 
@@ -265,7 +266,7 @@ def _episodes(t: dict, out: dict, keep: torch.Tensor, drop: torch.Tensor, detach
         if stream in last_of:
             chain.append((last_of[stream], e))
         last_of[stream] = e
-    cs, cd = (torch.tensor(c, dtype=torch.long) for c in (zip(*chain) if chain else ([], [])))
+    cs, cd = (torch.tensor(c, dtype=torch.long) for c in (zip(*chain, strict=True) if chain else ([], [])))
     eps = {"events.episode": episode, "episodes.first": first, "episodes.last": last, "episodes.size": size,
            "episodes.sums": sums, **_as_edges("episode", ids, episode), **_as_edges("episode_chain", cs, cd)}
     return eps, p - q

@@ -34,7 +34,7 @@ class CSRSnapshot:
         lo = torch.searchsorted(self.delta_row, rows, right=False)
         hi = torch.searchsorted(self.delta_row, rows, right=True)
         delta = _expand(lo, hi - lo, self.delta_col, self.delta_rel)
-        return tuple(torch.cat(pair) for pair in zip(main, delta))
+        return tuple(torch.cat(pair) for pair in zip(main, delta, strict=True))
 
     def degree(self, rows: torch.Tensor) -> torch.Tensor:
         start, deg = _row_bounds(self.rowptr, rows)

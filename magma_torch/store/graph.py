@@ -90,12 +90,12 @@ class MultiGraph:
         w.extend(weight)
         self._add_views(relation, src, dst)
         if relation == "entity":
-            self._mentions.update(zip(src.tolist(), dst.tolist()))
+            self._mentions.update(zip(src.tolist(), dst.tolist(), strict=True))
         elif relation == "causal":
-            for c, e in zip(src.tolist(), dst.tolist()):
+            for c, e in zip(src.tolist(), dst.tolist(), strict=True):
                 self._causal_out[c].add(e)
         elif relation == "supersedes":
-            self._supersessions.update(zip(src.tolist(), dst.tolist()))
+            self._supersessions.update(zip(src.tolist(), dst.tolist(), strict=True))
 
     def _add_views(self, relation: str, src: torch.Tensor, dst: torch.Tensor) -> None:
         if relation not in REL_ID:  # the episode chain and supersession are stored, not walked

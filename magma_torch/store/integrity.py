@@ -95,7 +95,7 @@ def _temporal(store: MemoryStore) -> list[str]:
     src, dst, _ = store.graph.edges("temporal")
     prev, nxt, ts = ev.prev.data.cpu(), ev.next.data.cpu(), ev.timestamps.data.cpu()
     incoming = Counter(dst.tolist())
-    for s, d in zip(src.tolist(), dst.tolist()):
+    for s, d in zip(src.tolist(), dst.tolist(), strict=True):
         if int(prev[d]) != s or int(nxt[s]) != d or ev.rows[s].stream != ev.rows[d].stream or ts[s] > ts[d]:
             out.append(f"temporal edge {s} -> {d} does not follow its stream's chain")
     for i in range(len(ev)):
@@ -107,7 +107,7 @@ def _temporal(store: MemoryStore) -> list[str]:
 
 def _causal(store: MemoryStore) -> list[str]:
     src, dst, _ = store.graph.edges("causal")
-    pairs = list(zip(src.tolist(), dst.tolist()))
+    pairs = list(zip(src.tolist(), dst.tolist(), strict=True))
     out = [f"causal self-loop on event {s}" for s, d in pairs if s == d]
     out += [f"causal edge {p[0]} -> {p[1]} appears {k} times" for p, k in Counter(pairs).items() if k > 1]
     ts = TopologicalSorter()
@@ -122,7 +122,7 @@ def _causal(store: MemoryStore) -> list[str]:
 
 def _supersession(store: MemoryStore) -> list[str]:
     src, dst, _ = store.graph.edges("supersedes")
-    rows, pairs = store.events.rows, list(zip(src.tolist(), dst.tolist()))
+    rows, pairs = store.events.rows, list(zip(src.tolist(), dst.tolist(), strict=True))
     out = [f"supersession {s} -> {d}: not a later event of the same stream" for s, d in pairs
            if s <= d or rows[s].stream != rows[d].stream or rows[s].timestamp < rows[d].timestamp]
     out += [f"supersession {p[0]} -> {p[1]} appears {k} times" for p, k in Counter(pairs).items() if k > 1]
@@ -147,14 +147,14 @@ def _episodes(store: MemoryStore) -> list[str]:
         if not run or run[-1] != last[e] or len(run) != size[e] or members[e] != size[e]:
             out.append(f"episode {e} is not the run of its stream's events {first[e]}..{last[e]} ({size[e]} events)")
     src, dst, _ = store.graph.edges("episode")
-    if sorted(zip(src.tolist(), dst.tolist())) != list(enumerate(episode)):
+    if sorted(zip(src.tolist(), dst.tolist(), strict=True)) != list(enumerate(episode)):
         out.append("the event -> episode edges differ from the events' episodes")
     order: dict[str, list[int]] = {}
     for e in range(p):
         order.setdefault(ep.streams[e], []).append(e)
-    want = sorted((a, b) for eps in order.values() for a, b in zip(eps, eps[1:]))
+    want = sorted((a, b) for eps in order.values() for a, b in zip(eps, eps[1:], strict=False))
     src, dst, _ = store.graph.edges("episode_chain")
-    if sorted(zip(src.tolist(), dst.tolist())) != want:
+    if sorted(zip(src.tolist(), dst.tolist(), strict=True)) != want:
         out.append("the episode chain does not join each stream's episodes in order")
     sums = torch.zeros_like(ep.sums.data).index_add_(0, ev.episode.data, ev.embeddings.data.to(ep.sums.data.dtype))
     if not torch.allclose(sums, ep.sums.data, atol=1e-4):

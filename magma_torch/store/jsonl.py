@@ -76,7 +76,7 @@ def _lines(saved: SavedStore) -> Iterator[str]:
         yield _line({"type": "edges", "relation": rel,
                      **{col: t[f"graph.{rel}.{col}"].tolist() for col in ("src", "dst", "weight")}})
     e = saved.entities
-    for i, (name, kind, surface) in enumerate(zip(e["names"], e["kinds"], e["surfaces"])):
+    for i, (name, kind, surface) in enumerate(zip(e["names"], e["kinds"], e["surfaces"], strict=True)):
         yield _line({"type": "entity", "id": i, "name": name, "kind": kind, "surface": surface,
                      "embedding": float32_to_base64(t["entities.embeddings"][i])})
     first, last, size = (t[f"episodes.{c}"].tolist() for c in ("first", "last", "size"))

@@ -342,6 +342,6 @@ def _restore_episodes(store: MemoryStore, t: dict[str, torch.Tensor], tokens: li
     for col in ("sums", "last", "size"):
         getattr(ep, col).data.copy_(t[f"episodes.{col}"])
     docs: list[list[str]] = [[] for _ in first]
-    for e, terms in zip(t["events.episode"].tolist(), tokens):
+    for e, terms in zip(t["events.episode"].tolist(), tokens, strict=True):
         docs[e].extend(terms)
     store.episode_keywords.add(docs)

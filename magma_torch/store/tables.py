@@ -94,7 +94,7 @@ class EventTable:
         """Append rows; ``ids`` are their stable ids (default: the next unused ones). Returns row numbers."""
         start = len(self.rows)
         ids_given = list(range(self.next_id, self.next_id + len(rows))) if ids is None else list(ids)
-        self.row_of.update(zip(ids_given, range(start, start + len(rows))))
+        self.row_of.update(zip(ids_given, range(start, start + len(rows)), strict=True))
         self.ids.extend(ids_given)
         self.next_id = max([self.next_id, *(i + 1 for i in ids_given)])
         self.embeddings.extend(embeddings)
@@ -105,7 +105,7 @@ class EventTable:
         self.rows.extend(rows)
         ids = list(range(start, start + len(rows)))
         prev = []
-        for i, r in zip(ids, rows):
+        for i, r in zip(ids, rows, strict=True):
             if r.source_id is not None:
                 self.by_source[r.source_id] = i
             else:
@@ -211,7 +211,7 @@ class EntityTable:
     def append(self, names: list[str], kinds: list[str], surfaces: list[str], embeddings: torch.Tensor) -> list[int]:
         start = len(self.names)
         self.embeddings.extend(embeddings)
-        for offset, (n, k, s) in enumerate(zip(names, kinds, surfaces)):
+        for offset, (n, k, s) in enumerate(zip(names, kinds, surfaces, strict=True)):
             self.names.append(n)
             self.kinds.append(k)
             self.surfaces.append(s)

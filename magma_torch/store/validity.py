@@ -12,6 +12,6 @@ def superseders(src: torch.Tensor, dst: torch.Tensor, timestamps: torch.Tensor, 
     keep = (src < num_events) & (dst < num_events)
     src, dst = src[keep], dst[keep]
     out: dict[int, list[tuple[float, int]]] = {}
-    for later, earlier, t in zip(src.tolist(), dst.tolist(), timestamps[src].tolist()):
+    for later, earlier, t in zip(src.tolist(), dst.tolist(), timestamps[src].tolist(), strict=True):
         out.setdefault(earlier, []).append((t, later))
     return {earlier: [later for _, later in sorted(found)] for earlier, found in out.items()}
