@@ -5,6 +5,7 @@ import hashlib
 import subprocess
 import sys
 import zipfile
+from itertools import pairwise
 
 import pytest
 
@@ -111,7 +112,7 @@ def archive_spec(tmp_path, files: dict[str, bytes]) -> tuple[ModelSpec, list[byt
     s = ModelSpec("fake-st", "fake-st.zip", "fake-st-part-{n:03d}", "0.0.1", 3, len(whole),
                   hashlib.sha256(whole).hexdigest(), "MIT", "test", "fake-st-part_{n:03d}/input/fake-st.zip.{n:03d}",
                   archive=True)
-    return s, [whole[a:b] for a, b in zip(cut, cut[1:])]
+    return s, [whole[a:b] for a, b in pairwise(cut)]
 
 
 def write_slices(s: ModelSpec, slices: list[bytes], folder):

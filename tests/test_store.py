@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ def test_growable_capacity_doubles_and_reallocations_are_logarithmic():
     assert g.capacity == 8192
     assert len(buffers) <= 14  # 1 + ceil(log2(5000))
     # each growth at least doubles the capacity
-    grown = [c for prev, c in zip(caps, caps[1:]) if c != prev]
+    grown = [c for prev, c in pairwise(caps) if c != prev]
     assert all(b >= 2 * a for a, b in zip([1] + grown, grown))
     assert torch.equal(g.data[:, 0], torch.arange(n, dtype=torch.float32))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from graphlib import CycleError, TopologicalSorter
+from itertools import pairwise
 
 import torch
 
@@ -152,7 +153,7 @@ def _episodes(store: MemoryStore) -> list[str]:
     order: dict[str, list[int]] = {}
     for e in range(p):
         order.setdefault(ep.streams[e], []).append(e)
-    want = sorted((a, b) for eps in order.values() for a, b in zip(eps, eps[1:], strict=False))
+    want = sorted((a, b) for eps in order.values() for a, b in pairwise(eps))
     src, dst, _ = store.graph.edges("episode_chain")
     if sorted(zip(src.tolist(), dst.tolist(), strict=True)) != want:
         out.append("the episode chain does not join each stream's episodes in order")
