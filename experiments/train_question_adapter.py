@@ -15,6 +15,8 @@ of each ``--ablations`` memory with that map and those weights, next to the same
 those weights and no map. Those held-out figures are what ``cross_validation`` reports: the map
 and the weights fitted on all five conversations and run on them (magma-run on the dev split)
 rank questions they were fitted on, so only these estimate what they do on new conversations.
+``--set KEY=VALUE`` cross-validates ``--memory`` with settings changed, the re-ranker fitted on the
+candidates they give (README, "What is still missing", lists what settings gave).
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from machine import machine  # experiments/machine.py
 from report import ABLATIONS as REPORT_ABLATIONS  # experiments/report.py
 from train_rerank import fit as fit_rerank  # experiments/train_rerank.py
@@ -78,6 +82,12 @@ def held_out(emb, intent, rc, memories, maps: dict[str, Path], weights: dict[str
     return {"adapter": summary(adapted), "none": summary(none), "folds": folds}
 
 
+def with_settings(cfg, dotlist: list[str]):
+    """``cfg`` with ``KEY=VALUE`` settings merged on, checked by its schema (an unknown key or a
+    wrong type fails naming it)."""
+    return OmegaConf.merge(cfg, OmegaConf.from_dotlist(dotlist))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data", help="the LoCoMo dev split (locomo10_dev.json)")
@@ -87,6 +97,9 @@ def main() -> None:
                     help="a sentence-transformers model (path) in place of the bundled all-MiniLM-L6-v2: "
                          "the memories, maps and re-ranker weights are then this model's")
     ap.add_argument("--memory", default="magma", help="the memory config whose query process is cross-validated")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="settings over --memory and each ablation (e.g. retrieval.anchor_k=40), "
+                         "the re-ranker fitted on the candidates they give")
     ap.add_argument("--ablations", nargs="*", default=list(ABLATIONS), metavar="MEMORY",
                     help="memory configs differing from --memory in retrieval only, cross-validated with the same maps")
     ap.add_argument("--l2", type=float, default=0.1, help="weight of ||W - I||^2")
@@ -97,7 +110,10 @@ def main() -> None:
                     help="the re-ranker's inverse L2 strength, as experiments/train_rerank.py's --C (default: its own)")
     args = ap.parse_args()
     hyper = {"l2": args.l2, "temperature": args.temperature, "epochs": args.epochs, "lr": args.lr}
-    mcfg = memory_config(args.memory)
+    try:
+        mcfg = with_settings(memory_config(args.memory), args.set)
+    except OmegaConfBaseException as e:   # an unknown key or a wrong type: one line, before any work
+        ap.error(f"--set: {str(e).splitlines()[0]}")
     mcfg.retrieval.question_adapter = None      # the memories are built and ranked without a map; each fold adds its own
     mcfg.embedder.model = args.embedder or mcfg.embedder.model   # --memory magma_mpnet names its own
     emb, intent = Embedder(mcfg.embedder.model, device="cpu"), IntentClassifier.load(device="cpu")
@@ -122,7 +138,7 @@ def main() -> None:
                 dense_base[k] += v
         runs = {}
         for name in [args.memory, *args.ablations]:
-            cfg = memory_config(name)
+            cfg = with_settings(memory_config(name), args.set)
             cfg.retrieval.question_adapter = None
             runs[name] = held_out(emb, intent, settings(cfg).retrieval, memories, maps, weights)
     dense = {name: {f"recall_all@{k}": round(float(np.mean(d[k])), 4) for k in DENSE_K}
@@ -132,6 +148,7 @@ def main() -> None:
                + (["--embedder", args.embedder] if args.embedder else [])
                + (["--memory", args.memory] if args.memory != "magma" else [])
                + (["--ablations", *args.ablations] if tuple(args.ablations) != ABLATIONS else [])
+               + (["--set", *args.set] if args.set else [])
                + [f"--{k} {v}" for k, v in hyper.items()]
                + ([f"--rerank-C {args.rerank_C}"] if args.rerank_C != 1.0 else [])),
            "data": Path(args.data).name, "embedder": embedder_name(mcfg.embedder.model), "memory": args.memory,

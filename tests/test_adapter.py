@@ -223,3 +223,29 @@ def test_memories_with_another_embedder_share_one_encoder_for_the_intent_head(em
     cfg = RetrievalConfig(question_adapter=None)
     first, second = (Retriever(OtherModel(emb), IntentClassifier.load(device="cpu"), cfg) for _ in range(2))
     assert first.intent is not second.intent and first.intent_embedder is second.intent_embedder
+
+
+def test_the_cross_validation_script_takes_settings_over_the_memory_and_refuses_an_unknown_one(monkeypatch, tmp_path):
+    """experiments/train_question_adapter.py --set: the held-out figures of a setting come from the
+    same script; a misspelt or mistyped setting stops it in one line before anything is built."""
+    import subprocess
+    import sys
+
+    from magma_torch.config.resolve import memory_config
+    from magma_torch.testing import experiment_script
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "experiments"))   # the script imports its siblings
+    script = experiment_script(root / "experiments" / "train_question_adapter.py")
+    cfg = script.with_settings(memory_config("magma"),
+                               ["retrieval.anchor_k=40", "retrieval.signal_weights.speaker=1.0"])
+    assert (cfg.retrieval.anchor_k, cfg.retrieval.signal_weights.speaker) == (40, 1.0)
+    assert cfg.retrieval.beam == memory_config("magma").retrieval.beam        # the rest as configured
+    for setting, why in [("retrieval.anchr_k=40", "Key 'anchr_k' not in 'RetrievalConfig'"),
+                         ("retrieval.anchor_k=many", "Value 'many' of type 'str' could not be converted to Integer")]:
+        proc = subprocess.run([sys.executable, str(root / "experiments" / "train_question_adapter.py"),
+                               str(tmp_path / "absent.json"), "--out", str(tmp_path / "cv.json"), "--set", setting],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == f"train_question_adapter.py: error: --set: {why}"
+        assert not (tmp_path / "cv.json").exists()
