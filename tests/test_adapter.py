@@ -11,6 +11,7 @@ import torch
 
 from magma_torch import MagmaError, MagmaMemory
 from magma_torch.query.adapter import BUNDLED, QuestionAdapter, fit
+from magma_torch.testing import experiment_script, with_package
 from magma_torch.text.embedder import Embedder
 
 REPORT = Path(__file__).parents[1] / "experiments/results/adapter/locomo_dev.json"
@@ -225,6 +226,7 @@ def test_memories_with_another_embedder_share_one_encoder_for_the_intent_head(em
     assert first.intent is not second.intent and first.intent_embedder is second.intent_embedder
 
 
+@with_package("sklearn", extra="train")
 def test_the_cross_validation_script_takes_settings_over_the_memory_and_refuses_an_unknown_one(monkeypatch, tmp_path):
     """experiments/train_question_adapter.py --set: the held-out figures of a setting come from the
     same script; a misspelt or mistyped setting stops it in one line before anything is built."""
@@ -232,7 +234,6 @@ def test_the_cross_validation_script_takes_settings_over_the_memory_and_refuses_
     import sys
 
     from magma_torch.config.resolve import memory_config
-    from magma_torch.testing import experiment_script
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.syspath_prepend(str(root / "experiments"))   # the script imports its siblings
