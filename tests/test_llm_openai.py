@@ -57,6 +57,23 @@ class FakeServer:
             def do_GET(self):
                 self._send(200, json.dumps({"data": [{"id": "fake"}]}).encode())
 
+            def _reply(self, action, body) -> tuple[int, bytes, str]:
+                if srv.delay:
+                    time.sleep(srv.delay)
+                if isinstance(action, int):
+                    return action, b'{"error": "boom"}', "application/json"
+                if action == "garbage":
+                    return 200, b"<html>not json", "text/html"
+                if action == "sleep":
+                    time.sleep(1.0)
+                    return 200, b"{}", "application/json"
+                n = len(body["messages"][-1]["content"])
+                content = action["content"] if isinstance(action, dict) else action
+                out = {"choices": [{"message": {"role": "assistant", "content": content},
+                                    "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": n, "completion_tokens": 3, "total_tokens": n + 3}}
+                return 200, json.dumps(out).encode(), "application/json"
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with srv.lock:
@@ -67,27 +84,16 @@ class FakeServer:
                     srv.auth.append(self.headers.get("Authorization"))
                     action = srv.script.pop(0) if srv.script else srv.default
                 try:
-                    if srv.delay:
-                        time.sleep(srv.delay)
-                    if isinstance(action, int):
-                        self._send(action, b'{"error": "boom"}')
-                    elif action == "garbage":
-                        self._send(200, b"<html>not json", "text/html")
-                    elif action == "sleep":
-                        time.sleep(1.0)
-                        self._send(200, b"{}")
-                    else:
-                        n = len(body["messages"][-1]["content"])
-                        content = action["content"] if isinstance(action, dict) else action
-                        out = {"choices": [{"message": {"role": "assistant", "content": content},
-                                            "finish_reason": "stop"}],
-                               "usage": {"prompt_tokens": n, "completion_tokens": 3, "total_tokens": n + 3}}
-                        self._send(200, json.dumps(out).encode())
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                    reply = self._reply(action, body)
                 finally:
+                    # Out of flight before the answer is written: once the client has it, its worker
+                    # may post the next prompt before a finally after the write would have run.
                     with srv.lock:
                         srv.inflight -= 1
+                try:
+                    self._send(*reply)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
