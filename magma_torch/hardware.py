@@ -43,11 +43,13 @@ def cpu_flags() -> list[str]:
 # (100 and 50 MB), so both stream from memory as a 10^5-event store does.
 PROBE_EVENTS, PROBE_DIM, PROBE_RUNS = 1 << 16, 384, 5
 # The float16 scan is taken when its product costs at most this share of the columns' one: its exact
-# re-reads (the dense top-k's band, the pairs read from the fp32 rows) add about a seventh of the
-# columns' product at 10^5 events (AMD EPYC VM: 0.7 of 5.2 ms in anchors and beam,
-# experiments/results/bench/history/batch1_latency_100k_epyc_2026-12-04_2116.json), and more where
-# small reads are slow.
-SCAN_SHARE = 0.75
+# re-reads (the dense top-k's band, the pairs read from the fp32 rows) cost more than the columns' exact
+# reads, by 0.7 ms a question at 10^5 events on the AVX-512 AMD EPYC VM, whose probe ratio was 0.31-0.49
+# in its 16 committed magma-bench runs (experiments/results/bench/history/, with
+# batch1_latency_100k_epyc_2026-12-04_2116.json), and by 2.3-2.9 ms on an AVX2-only one, where the
+# ratio was 0.65-1.0 and the columns were faster in each interleaved run
+# (history/batch1_latency_100k_epyc_avx2_2026-12-07_*.json): the share lies between the two.
+SCAN_SHARE = 0.6
 
 
 @cache
@@ -81,7 +83,8 @@ def auto_scan_dtype(device: torch.device) -> torch.dtype:
     product that streams the d rows instead of taking N dot products). Measured at 10^5 events,
     batch 1 (``experiments/batch1_latency.py``; BENCHMARKS.md): on the 2-core AMD EPYC VM (AVX-512,
     AVX512-BF16, no native fp16) the float16 scan takes 1.8 ms against 5.2 for the columns and the
-    whole question 5.5 ms against 8.2; on the 2-core Intel Xeon VM (AVX-512 fp16 and bf16, AMX) the
+    whole question 5.5 ms against 8.2; on an AVX2-only one (F16C, no AVX-512) 5.0-5.7 ms against
+    7.0-7.9 and the question 12.9-14.7 ms against 12.7-13.8; on the 2-core Intel Xeon VM (AVX-512 fp16 and bf16, AMX) the
     float16 scan took 7.2 ms against 6.9 for the columns and the question 23.3 against 12.5 ms; with
     torch's scalar kernels (``ATEN_CPU_CAPABILITY=default``) float16 is converted value by value and
     takes several times the columns' time.
