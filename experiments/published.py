@@ -313,12 +313,16 @@ def bench_run(name: str) -> str:
 def bench_history() -> str:
     """Every committed 10^5-event CPU run (`history/` holds the earlier ones, restored from git)."""
     paths = sorted((BENCH / "history").glob("cpu_100k_*.json")) + [BENCH / "cpu_100k.json"]
-    lines = ["| file | measured | machine | edges | queries/s (batch 256) | reference q/s | speed-up | ms/query p50 (batch 1) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| file | measured | machine | vector flags | edges | queries/s (batch 256) | reference q/s | speed-up "
+             "| ms/query p50 (batch 1) | batch-1 way |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in paths:
         r = _load_json(p)
-        lines.append(f"| `{p.relative_to(BENCH)}` | {r['date']} | {r['machine']} | {r['edges']:,} | {r['retrieval_qps']:.1f} | "
-                     f"{r['reference_qps']:.2f} | {r['speedup_vs_reference']:.1f}× | {r['retrieval_ms_p50']:.2f} |")
+        # the earliest runs recorded neither the CPU's vector flags nor (the first) the batch-1 way
+        flags, way = " ".join(r.get("cpu_flags") or ["–"]), (r.get("similarity_mode") or {}).get("batch_1", "–")
+        lines.append(f"| `{p.relative_to(BENCH)}` | {r['date']} | {r['machine']} | {flags} | {r['edges']:,} | "
+                     f"{r['retrieval_qps']:.1f} | {r['reference_qps']:.2f} | {r['speedup_vs_reference']:.1f}× | "
+                     f"{r['retrieval_ms_p50']:.2f} | {way} |")
     return "\n".join(lines) + "\n"
 
 
