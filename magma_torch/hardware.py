@@ -43,12 +43,12 @@ def cpu_flags() -> list[str]:
 # (100 and 50 MB), so both stream from memory as a 10^5-event store does.
 PROBE_EVENTS, PROBE_DIM, PROBE_RUNS = 1 << 16, 384, 5
 # The float16 scan is taken when its product costs at most this share of the columns' one: its exact
-# re-reads (the dense top-k's band, the pairs read from the fp32 rows) cost more than the columns' exact
-# reads, by 0.7 ms a question at 10^5 events on the AVX-512 AMD EPYC VM, whose probe ratio was 0.31-0.49
-# in its 16 committed magma-bench runs (experiments/results/bench/history/, with
-# batch1_latency_100k_epyc_2026-12-04_2116.json), and by 2.3-2.9 ms on an AVX2-only one, where the
-# ratio was 0.65-1.0 and the columns were faster in each interleaved run
-# (history/batch1_latency_100k_epyc_avx2_2026-12-07_*.json): the share lies between the two.
+# re-reads (the dense top-k's band, the pairs read from the fp32 rows) take longer than the columns,
+# which read every pair from their one product: at 10^5 events, 0.7 ms a question more on the AVX-512
+# AMD EPYC VM, whose probe ratio was 0.31-0.49 in its 16 committed magma-bench runs
+# (experiments/results/bench/history/; batch1_latency_100k_epyc_2026-12-04_2116.json), and 2.3-2.9 ms
+# more on an AVX2-only one, where the ratio was 0.66-1.01 in its 3 and the columns were faster in each
+# interleaved run (history/batch1_latency_100k_epyc_avx2_2026-12-07_*.json). The share lies between.
 SCAN_SHARE = 0.6
 
 
