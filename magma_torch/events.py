@@ -33,7 +33,8 @@ class StoredEvent:
     episode: int                        # id of its episode node (the store's ``episodes`` table)
     status: str                         # slow path: "pending" | "consolidated" | "failed"
     status_reason: str                  # why it failed, or what the consolidator rejected ("" when nothing)
-    dates: tuple[dict, ...]             # dates its text mentions, resolved: {expression, start, end, granularity, label}
+    dates: tuple[dict, ...]             # dates its text mentions, resolved:
+                                        # {expression, start, end, granularity, label}
     metadata: dict | None
     # Valid time: the span in which what the event says holds, from its timestamp until the
     # first later event that updates it (the ``supersedes`` relation); None: still current.

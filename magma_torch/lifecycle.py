@@ -90,7 +90,8 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
         rows &= set(src[torch.isin(dst, torch.tensor(found, device=dst.device))].tolist())
     if before is not None:
         try:
-            when = fast_path.as_utc(parse_timestamp(before)).timestamp()   # as add stores it: wall clock, offset dropped
+            # as add stores it: wall clock, offset dropped
+            when = fast_path.as_utc(parse_timestamp(before)).timestamp()
         except ValueError as err:
             raise ForgetError(f"forget: before: {err}; nothing was forgotten") from None
         rows = {r for r in rows if ev.rows[r].timestamp < when}

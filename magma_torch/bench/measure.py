@@ -350,10 +350,11 @@ class Bench:
             "beam_kernel": dict.fromkeys(("batch", "batch_1"), self.retriever.search_kernel(dev)),
             "vector_backend": snap.vector_index.backend,
             "machine": _machine(dev), "cpu_flags": cpu_flags(),
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "scan_dtype": str(snap.scan_embeddings.dtype)
-            if snap.scan_embeddings is not None else None,
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "scan_dtype": str(snap.scan_embeddings.dtype) if snap.scan_embeddings is not None else None,
             "scan_probe_ms": scan_probe() if dev.type == "cpu" else None,   # what scan_dtype: auto decided on
-            "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+            "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__,
+            "torch_geometric": torch_geometric.__version__,
             "threads": torch.get_num_threads(),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": self.commit,
         }

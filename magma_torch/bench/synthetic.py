@@ -114,8 +114,8 @@ def synthesize(n: int, cfg, seed: int = 0) -> SyntheticMemory:
     mentions = _unique_pairs(event.reshape(-1), entity.reshape(-1), n_topics * pool)
     entity_topic = torch.arange(n_topics).repeat_interleave(pool)
     names = [f"topic{t}-entity{j}" for t in range(n_topics) for j in range(pool)]
-    return SyntheticMemory(emb, topics, streams, sessions, timestamps, date_days_back, centres, semantic, causal, mentions,
-                           names, _around(centres, entity_topic, cfg.topic_noise, g))
+    return SyntheticMemory(emb, topics, streams, sessions, timestamps, date_days_back, centres, semantic, causal,
+                           mentions, names, _around(centres, entity_topic, cfg.topic_noise, g))
 
 
 def event_rows(mem: SyntheticMemory, lo: int, hi: int) -> list[EventRow]:

@@ -91,7 +91,8 @@ def yaml_option(folder: Path, name: str) -> DictConfig:
     raw = OmegaConf.load(folder / f"{name}.yaml")
     defaults = list(raw.pop("defaults", ["_self_"]))
     if defaults[-1:] != ["_self_"] or not all(isinstance(d, str) for d in defaults):
-        raise ConfigError(f"{folder / name}.yaml: composing it needs Hydra (its defaults list is not 'options, _self_')")
+        raise ConfigError(f"{folder / name}.yaml: composing it needs Hydra "
+                          "(its defaults list is not 'options, _self_')")
     schema = {n: s for (group, n), s in SCHEMAS.items() if group == folder.name}
     cfg = None
     for d in defaults[:-1]:

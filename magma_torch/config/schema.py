@@ -391,7 +391,8 @@ class RetrievalConfig(Checked):
     beam: BeamConfig = field(default_factory=BeamConfig)
     similarity: SimilarityConfig = field(default_factory=SimilarityConfig)
     budget_tokens: Optional[int] = setting(2000, at_least(1))   # the context's token budget; None: no cut
-    time_filter: bool = False         # the question's time window as a hard filter (paper): nothing outside it is retrieved
+    time_filter: bool = False         # the question's time window as a hard filter (paper): nothing outside it
+                                      # is retrieved
     supersession: SupersessionConfig = field(default_factory=SupersessionConfig)
     score_dtype: str = setting("float32", OneOf(("float32", "float64", "float16", "bfloat16")))
     # The beam search, the re-ranker's graph support and the fusion on CPU: "numba" (compiled loops, the
@@ -509,7 +510,8 @@ class LLMConsolidationConfig(ConsolidationConfig):
     LLM is MagmaMemory(..., llm=...) or, when that is None, one built from ``llm`` (an llm config)."""
     needs_graph: ClassVar[bool] = True
     _target_: str = "magma_torch.ingest.llm_consolidator.LLMConsolidator"
-    llm: Any = None                   # an llm config to build it from; None: MagmaMemory's llm (magma-run: the `llm` group's)
+    llm: Any = None                   # an llm config to build it from; None: MagmaMemory's llm
+                                      # (magma-run: the `llm` group's)
     max_supersedes_per_event: int = setting(2, at_least(0))
     # delta: proposed causal links below this confidence are dropped
     min_confidence: float = setting(0.5, between(0, 1))

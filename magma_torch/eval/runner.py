@@ -85,7 +85,8 @@ def recall_keys(task, rows: list[dict]) -> list[str]:
     """The recall columns: turn level always, session level when some row has session evidence."""
     keys = ([f"recall_all@{k}" for k in task.recall_k] + [f"recall_any@{k}" for k in task.recall_any_k]
             + [f"recall_all@{b}tok" for b in task.recall_tokens])
-    session = [f"session_recall_all@{k}" for k in task.recall_k] + [f"session_recall_any@{k}" for k in task.recall_any_k]
+    session = ([f"session_recall_all@{k}" for k in task.recall_k]
+               + [f"session_recall_any@{k}" for k in task.recall_any_k])
     return keys + session if any(session[0] in r for r in rows) else keys
 
 
@@ -187,7 +188,8 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
     d = cfg.dataset
     limit, sample_ids, shard = d.get("limit"), d.get("sample_ids"), d.get("shard")
     samples = load_dataset(d.name, d.get("path"))
-    selection = select_samples(samples, limit, sample_ids, shard)  # a bad shard or sample id fails before the folder exists
+    # a bad shard or sample id fails before the folder exists
+    selection = select_samples(samples, limit, sample_ids, shard)
     total = selection_size(len(samples) if isinstance(samples, Sized) else None, limit, sample_ids, shard)
     reader = judge = tracker = None
     folder = RunFolder(out_dir)
@@ -374,11 +376,13 @@ def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader,
 
 def format_table(metrics: dict) -> str:
     cols = [k for k in metrics["overall"] if "recall_" in k] + ["context_tokens_mean", RETRIEVAL_MS]
-    cols += [k for k in QA_METRICS if any(m.get(k) is not None for m in [metrics["overall"], *metrics["by_category"].values()])]
+    rows = [("overall", metrics["overall"]), *metrics["by_category"].items()]
+    cols += [k for k in QA_METRICS if any(m.get(k) is not None for _, m in rows)]
     lines = [f"{metrics['dataset']} / {metrics['memory']}: {metrics['n_questions']} questions",
              "| category | n | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
-    for name, m in [("overall", metrics["overall"]), *metrics["by_category"].items()]:
-        cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if "recall_" in c or c in QA_METRICS else f"{m[c]:.1f}" for c in cols]
+    for name, m in rows:
+        cells = ["-" if m.get(c) is None else f"{m[c]:.3f}" if "recall_" in c or c in QA_METRICS else f"{m[c]:.1f}"
+                 for c in cols]
         lines.append(f"| {name} | {m['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

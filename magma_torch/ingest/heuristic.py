@@ -485,10 +485,12 @@ class HeuristicConsolidator:
     @staticmethod
     def _temporal_since(before: str, after: str) -> bool:
         nxt = after.split(None, 1)
-        if not nxt or nxt[0][0].isdigit() or nxt[0] in _SINCE_TEMPORAL_NEXT or _SINCE_TEMPORAL_CLAUSE.match(after.lstrip()):
+        if (not nxt or nxt[0][0].isdigit() or nxt[0] in _SINCE_TEMPORAL_NEXT
+                or _SINCE_TEMPORAL_CLAUSE.match(after.lstrip())):
             return True
         clause = re.split(r"[.!?;,]", before)[-1]
-        return bool(_PERFECT.search(clause)) or bool(re.search(r"\b(?:forever|ages|long time|a while|years|months)\s*$", clause))
+        return (bool(_PERFECT.search(clause))
+                or bool(re.search(r"\b(?:forever|ages|long time|a while|years|months)\s*$", clause)))
 
     def _result_hit(self, p: _Parsed, speakers: set[str]) -> str | None:
         """A back-pointing result cue in the turn's lead, in a statement; returns the cue."""
@@ -580,7 +582,8 @@ class HeuristicConsolidator:
         windows = {ev.id: [c for c in context.get(ev.id, ()) if c.stream == ev.stream and c.id < ev.id][-self.window:]
                    for ev in batch}
         todo = {ev.id: ev.text for ev in batch}
-        todo.update({c.id: c.text for w in windows.values() for c in w if c.id not in self._parsed and c.id not in todo})
+        todo.update({c.id: c.text for w in windows.values() for c in w
+                     if c.id not in self._parsed and c.id not in todo})
         ids = list(todo)
         docs = dict(zip(ids, nlp.parse(todo[i] for i in ids), strict=True))
         for i in ids:

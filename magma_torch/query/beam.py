@@ -49,7 +49,8 @@ class BeamResult:
 
 
 def beam_search(graph: GraphSnapshot, sim: Similarity, intents: torch.Tensor, anchors: torch.Tensor,
-                anchor_scores: torch.Tensor, weights: torch.Tensor, cfg: BeamConfig, kernel: str = "torch") -> BeamResult:
+                anchor_scores: torch.Tensor, weights: torch.Tensor, cfg: BeamConfig,
+                kernel: str = "torch") -> BeamResult:
     """Expand ``anchors`` [B, K] (-1 padded) for the questions of ``sim`` with intents [B].
 
     ``weights`` is the [num_intents, num_relations] matrix w[T_q, r]; w = 0 removes relation r

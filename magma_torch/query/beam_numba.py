@@ -91,7 +91,8 @@ def _exact_cosine(queries, b, rows, v, round32):
 
 @numba.njit(cache=True, nogil=True)
 def _search(matrix, scan, error, queries, event_rows, round32, intents, anchors, anchor_scores, lam_w, removed,
-            any_removed, adj, ev_ent, ent_ev, ev_epi, epi_ev, n, gamma, lambda2, drop, max_depth, beam_width, max_nodes, out_long, out_score):
+            any_removed, adj, ev_ent, ent_ev, ev_epi, epi_ev, n, gamma, lambda2, drop, max_depth, beam_width, max_nodes,
+            out_long, out_score):
     visited = np.zeros(n, dtype=np.bool_)
     exact = np.full(n if scan else 0, np.nan)     # scan: this question's exact cosines, once computed
     computed = np.empty(n if scan else 0, dtype=np.int64)

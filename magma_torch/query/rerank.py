@@ -61,7 +61,8 @@ def feature_matrix(graph: GraphSnapshot, episode_of: torch.Tensor, text_tokens: 
     cos = sim.pairs(rows.reshape(-1), safe.reshape(-1)).double().reshape(b_size, p)
     best = fused.fused_scores[:, :1].clamp(min=1e-12)
     position = torch.log1p(torch.arange(p, device=dev, dtype=torch.float64)).expand(b_size, p)
-    length = torch.log1p(text_tokens.index_select(0, safe.reshape(-1)).clamp(max=length_cap).double()).reshape(b_size, p)
+    tokens = text_tokens.index_select(0, safe.reshape(-1)).clamp(max=length_cap)
+    length = torch.log1p(tokens.double()).reshape(b_size, p)
     support = (_compiled_support if compiled(kernel, dev) else _support)(graph, episode_of, ids, support_from, removed)
     out = torch.cat([recip, (ranks > 0).double(), (fused.fused_scores / best)[..., None], cos[..., None],
                      position[..., None], length[..., None], support], dim=2)

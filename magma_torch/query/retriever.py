@@ -214,8 +214,9 @@ class Retriever:
         ctx = cfg.context
         n_cand = ctx.candidates if on["vector_context"] or on["keyword_context"] else 0
         if questions is None and any(on[s] for s in TEXT_SIGNALS):
-            raise ValueError("the keyword, speaker and entity signals need question texts; set retrieval.signal_weights."
-                             "keyword, keyword_context, speaker and entity to 0 to rank embeddings alone")
+            raise ValueError("the keyword, speaker and entity signals need question texts; set "
+                             "retrieval.signal_weights.keyword, keyword_context, speaker and entity to 0 "
+                             "to rank embeddings alone")
         empty = torch.zeros((sim.batch_size, 0), dtype=torch.long, device=dev)
         need = max(k["vector"], n_cand, k["speaker"] if on["speaker"] else 0)
         dense = sim.top_k(need) if on["vector"] or n_cand or on["speaker"] else empty
@@ -262,7 +263,8 @@ class Retriever:
         vectors = torch.zeros((len(questions), snap.embeddings.shape[1]), device=dev)
         if bool(asks.any()) and snap.num_entities:
             vectors[asks] = self.embedder.encode([p for p in phrases if p is not None]).to(dev).float()
-        entities = torch.nn.functional.normalize(snap.entity_embeddings.float(), dim=1)   # imported ones may not be unit
+        # imported ones may not be unit
+        entities = torch.nn.functional.normalize(snap.entity_embeddings.float(), dim=1)
         return entity_ranking(entities, snap.graph.entity_event, vectors, asks, sim, snap.num_events, ecfg, top,
                               named if ecfg.named_speakers_only else None, snap.speaker_of)
 

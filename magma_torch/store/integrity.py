@@ -41,8 +41,8 @@ def problems(store: MemoryStore) -> list[str]:
         out = _counts(store)
         if out:  # the checks below index columns by event id
             return out
-        return (out + _edges(store) + _temporal(store) + _causal(store) + _supersession(store) + _episodes(store) + _views(store)
-                + _derived(store))
+        return (out + _edges(store) + _temporal(store) + _causal(store) + _supersession(store) + _episodes(store)
+                + _views(store) + _derived(store))
 
 
 def _counts(store: MemoryStore) -> list[str]:

@@ -6,11 +6,11 @@ One JSON object per line, told apart by ``type``, in this order:
   consolidation ``config``/``consolidation``, and ``counts`` (events, entities, episodes,
   embedding ``dim``, edges per relation);
 - ``event``, one per event in row order: ``id`` (the row number), ``event_id`` (its stable id,
-  ``MagmaMemory.event``; absent in exports from before forget: the row number), the stored row (``text``, ``timestamp`` in
-  epoch seconds UTC, ``stream``, ``speaker``, ``source_id``, ``session_id``, resolved ``dates``,
-  ``metadata``), ``embedding``, ``date_span`` ([start, end] epoch seconds of the mentioned
-  dates, null when none), temporal-chain ``prev``/``next`` (-1: none), ``episode``, and the
-  slow path's ``status`` ([status, reason]);
+  ``MagmaMemory.event``; absent in exports from before forget: the row number), the stored row
+  (``text``, ``timestamp`` in epoch seconds UTC, ``stream``, ``speaker``, ``source_id``,
+  ``session_id``, resolved ``dates``, ``metadata``), ``embedding``, ``date_span`` ([start, end]
+  epoch seconds of the mentioned dates, null when none), temporal-chain ``prev``/``next`` (-1:
+  none), ``episode``, and the slow path's ``status`` ([status, reason]);
 - ``edges``, one per relation of ``magma_torch.store.graph.RELATIONS``: ``src``, ``dst``, ``weight``
   (``supersedes``: later event -> the earlier one it updates, which gives the events' valid time);
 - ``entity``, one per entity node: ``id``, ``name``, ``kind``, ``surface``, ``embedding``;
@@ -69,7 +69,8 @@ def _lines(saved: SavedStore) -> Iterator[str]:
     event_ids = t["events.ids"].tolist()
     status = st["worker"]["status"]
     for i, row in enumerate(saved.events):
-        yield event_line(i, row, type="event", id=i, event_id=event_ids[i], embedding=float32_to_base64(t["events.embeddings"][i]),
+        yield event_line(i, row, type="event", id=i, event_id=event_ids[i],
+                         embedding=float32_to_base64(t["events.embeddings"][i]),
                          date_span=[None if math.isnan(x) else x for x in spans[i]], prev=prev[i], next=nxt[i],
                          episode=episode[i], status=status[i])
     for rel in RELATIONS:
@@ -198,12 +199,14 @@ class _Reader:
         t["events.ids"] = torch.tensor(self.events["event_id"], dtype=long)
         t.update({f"episodes.{k}": torch.tensor(self.episodes[k], dtype=long) for k in ("first", "last", "size")})
         for rel, cols in self.edges.items():
-            t.update({f"graph.{rel}.{c}": torch.tensor(v, dtype=f32 if c == "weight" else long) for c, v in cols.items()})
+            t.update({f"graph.{rel}.{c}": torch.tensor(v, dtype=f32 if c == "weight" else long)
+                      for c, v in cols.items()})
         h = self.header
         state = {"counts": h["counts"], **{k: h[k] for k in _HEADER_KEYS},
                  "worker": {"queue": self.slow_path["queue"], "status": self.events["status"]},
                  "consolidator": self.slow_path["consolidator"]}
-        entities = {"names": self.entities["name"], "kinds": self.entities["kind"], "surfaces": self.entities["surface"]}
+        entities = {"names": self.entities["name"], "kinds": self.entities["kind"],
+                    "surfaces": self.entities["surface"]}
         saved = SavedStore(self.path, t, self.rows, entities, state)
         check_counts(saved, one_file=True)
         return saved

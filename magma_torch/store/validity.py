@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 
-def superseders(src: torch.Tensor, dst: torch.Tensor, timestamps: torch.Tensor, num_events: int) -> dict[int, list[int]]:
+def superseders(src: torch.Tensor, dst: torch.Tensor, timestamps: torch.Tensor,
+                num_events: int) -> dict[int, list[int]]:
     """Earlier event -> the events of ``0..num_events-1`` that supersede it, first (by
     timestamp, then id) first; ``src``/``dst`` are the relation's (later, earlier) edge lists.
     Edges that reach past ``num_events`` (a snapshot taken before a later write) are ignored."""

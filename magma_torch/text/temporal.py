@@ -228,7 +228,8 @@ _MONTH_RE = "|".join(_MONTHS)
 _ANY_MONTH_RE = rf"(?:{_MONTH_RE}|{_MONTH_ABBR})\.?"
 _YEAR_RE = r"(?:19|20)\d\d"
 _DAY_RE = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
-_HOLIDAY_RE = r"christmas\s+eve|christmas|new\s+year's\s+eve|new\s+year's\s+day|new\s+year|halloween|valentine's\s+day|thanksgiving"
+_HOLIDAY_RE = (r"christmas\s+eve|christmas|new\s+year's\s+eve|new\s+year's\s+day|new\s+year|halloween"
+               r"|valentine's\s+day|thanksgiving")
 _UNIT_RE = r"day|week|weekend|month|year"
 # Only after one of these is "of <month>" a date ("the end of June", not "a photo of June").
 _PART_OF_MONTH_RE = rf"(?:beginning|start|middle|end|rest|half|{_UNIT_RE})s?"
@@ -534,7 +535,8 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]
      _r_window),
     (re.compile(r"\b(?P<side>earlier|later)\s+(?:this\s+(?P<u>week|month|year)|today)\b", re.I),
      _r_part_of_period),
-    (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+|(?P<prep>(?:in|during|over|through|since)(?:\s+the)?|the)\s+)?"
+    (re.compile(r"\b(?:(?P<mod>last|this|next|previous)\s+"
+                r"|(?P<prep>(?:in|during|over|through|since)(?:\s+the)?|the)\s+)?"
                 rf"(?P<s>spring|summer|fall|autumn|winter)(?:\s+(?:of\s+)?(?P<y>{_YEAR_RE}))?\b", re.I),
      _r_season),
     (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+)?(?P<h>{_HOLIDAY_RE})(?:\s+(?P<y>{_YEAR_RE}))?\b", re.I),

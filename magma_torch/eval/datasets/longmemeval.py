@@ -99,7 +99,8 @@ def parse_date(text: str, file: str, where: str) -> datetime:
     try:
         return datetime.strptime(text.strip(), _DATE_FORMAT)
     except ValueError:
-        raise DatasetError(f"{file}: {where}: unparseable date {text!r} (expected like '2023/12/18 (Mon) 04:17')") from None
+        raise DatasetError(f"{file}: {where}: unparseable date {text!r} "
+                           "(expected like '2023/12/18 (Mon) 04:17')") from None
 
 
 def _str_list(raw: dict, key: str, file: str, where: str) -> list[str]:
@@ -137,7 +138,8 @@ def _sample(raw: Any, file: str, where: str) -> Sample:
         name = f"session_{k}"
         session_name[session_ids[i]] = name
         if not isinstance(sessions[i], list):
-            raise DatasetError(f"{file}: {where}.haystack_sessions[{i}]: expected list, got {type(sessions[i]).__name__}")
+            raise DatasetError(f"{file}: {where}.haystack_sessions[{i}]: expected list, "
+                               f"got {type(sessions[i]).__name__}")
         for t, turn in enumerate(sessions[i], 1):
             twhere = f"{where}.haystack_sessions[{i}][{t - 1}]"
             source_id = f"S{k}:{t}"
