@@ -148,7 +148,7 @@ def test_with_another_embedder_the_intent_head_reads_the_model_it_was_trained_on
         for name, m in (("plain", plain), ("other", other)):
             m.add_many([{"text": t, "timestamp": 1_700_000_000 + 60 * i} for i, t in enumerate(TURNS)])
             got[name] = m.retrieve_batch(questions)
-    for a, b in zip(got["plain"], got["other"]):
+    for a, b in zip(got["plain"], got["other"], strict=True):
         assert a.intent == b.intent and a.intent_probs == pytest.approx(b.intent_probs, abs=1e-5)
     assert [r.intent for r in got["other"]] == ["WHY", "WHEN", "ENTITY"]
     assert got["other"][2].nodes       # and the other model's vectors rank the events

@@ -200,7 +200,7 @@ def semantic_pairs(mem) -> set[tuple[str, str]]:
     """The semantic edges, as (source id, source id)."""
     src, dst, _ = mem.store.graph.edges("semantic")
     rows = mem.store.events.rows
-    return {(rows[s].source_id, rows[d].source_id) for s, d in zip(src.tolist(), dst.tolist())}
+    return {(rows[s].source_id, rows[d].source_id) for s, d in zip(src.tolist(), dst.tolist(), strict=True)}
 
 
 def test_a_backfill_gives_the_semantic_edges_of_an_in_order_ingest(emb):

@@ -45,7 +45,7 @@ def random_graph(seed, n, m_entities, edges_per_rel, hub=False, isolated=0):
         graph.add_edges(rel, src[:half], dst[:half])
         graph.snapshot(n, m_entities, m_ep)  # later edges then land in the CSR delta: both parts are walked
         graph.add_edges(rel, src[half:], dst[half:])
-        pairs[rel] = list(zip(src.tolist(), dst.tolist()))
+        pairs[rel] = list(zip(src.tolist(), dst.tolist(), strict=True))
     emb = torch.nn.functional.normalize(torch.randn(n, 16, generator=g), dim=1)
     return graph, pairs, emb
 
@@ -71,8 +71,8 @@ def run_both(graph, pairs, emb, n, m, cfg, seed, batch=12, k=4, weights=WEIGHTS,
     adj, ent = adjacency_lists(pairs)
     emb_l, out = emb.tolist(), []
     for b in range(batch):
-        got = {int(v): float(s) for v, s in zip(res.node[res.query == b], res.score[res.query == b])}
-        a = [(int(x), float(s)) for x, s in zip(anchors[b], anchor_scores[b]) if x >= 0]
+        got = {int(v): float(s) for v, s in zip(res.node[res.query == b], res.score[res.query == b], strict=True)}
+        a = [(int(x), float(s)) for x, s in zip(anchors[b], anchor_scores[b], strict=True) if x >= 0]
         ref = reference_beam_search(adj, ent, emb_l, queries[b].tolist(), weights[INTENTS[intents[b]]], a, cfg)
         out.append((got, ref))
     if result is not None:
@@ -137,7 +137,7 @@ def test_cuda_search_equals_cpu_search():
     gpu = beam_search(gpu_graph.snapshot(400, 20, num_episodes(400)), Similarity(emb.cuda(), None, q.cuda(), dtype=torch.float64),
                       intents.cuda(), anchors.cuda(),
                       scores.cuda(), w.cuda(), cfg)
-    as_set = lambda r: set(zip(r.query.tolist(), r.node.tolist()))  # noqa: E731
+    as_set = lambda r: set(zip(r.query.tolist(), r.node.tolist(), strict=True))  # noqa: E731
     assert as_set(cpu) == as_set(gpu)
 
 

@@ -134,7 +134,7 @@ def test_bulk_ingest_rejects_bad_input_and_leaves_the_store_as_it_was():
     with pytest.raises(IngestError, match="event embeddings: row 1 has L2 norm nan"):
         bulk.add_events(store, event_rows(mem, 0, 2), nan_row, tokens=[[]] * 2)
     later = event_rows(mem, 0, 3)
-    later = [replace(r, timestamp=t) for r, t in zip(later, (1e12, math.nan, 1e12 + 1))]
+    later = [replace(r, timestamp=t) for r, t in zip(later, (1e12, math.nan, 1e12 + 1), strict=True)]
     with pytest.raises(IngestError, match="event 1: timestamp nan is not a finite number"):
         bulk.add_events(store, later, mem.embeddings[:3], tokens=[[]] * 3)
     assert list(bulk.add_events(store, [], mem.embeddings[:0], tokens=[])) == []

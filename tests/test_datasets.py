@@ -83,9 +83,9 @@ def test_dev_counts(dev):
 @with_dataset(DEV_FILE)
 def test_dev_evidence_exists_and_categories_map(dev):
     samples, raw = dev
-    for sample, raw_sample in zip(samples, raw):
+    for sample, raw_sample in zip(samples, raw, strict=True):
         ids = {t.source_id for t in sample.turns}
-        for q, raw_q in zip(sample.questions, raw_sample["qa"]):
+        for q, raw_q in zip(sample.questions, raw_sample["qa"], strict=True):
             assert set(q.evidence) <= ids, q.question_id
             assert q.category == CATEGORY_NAMES[raw_q["category"]]
             assert q.query_time == sample.turns[-1].timestamp

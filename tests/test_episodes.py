@@ -54,7 +54,7 @@ def test_sessions_and_time_gaps_open_episodes_chained_per_stream(emb):
         assert ep.first.data.tolist() == [0, 3, 4, 6] and ep.last.data.tolist() == [2, 3, 5, 7]
         assert ep.size.data.tolist() == [3, 1, 2, 2] and ep.streams == ["conv", "conv", "conv", "other"]
         s, d, _ = mem.store.graph.edges("episode_chain")
-        assert list(zip(s.tolist(), d.tolist())) == [(0, 1), (1, 2)]   # no link across streams
+        assert list(zip(s.tolist(), d.tolist(), strict=True)) == [(0, 1), (1, 2)]   # no link across streams
         emb_rows = mem.store.events.embeddings.data
         assert torch.allclose(ep.sums.data[0], emb_rows[:3].sum(0), atol=1e-6)
         assert mem.stats()["episodes"] == 4

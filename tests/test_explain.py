@@ -154,7 +154,8 @@ def test_svg_figure_stands_alone_and_names_entities_as_written(saved, tmp_path):
     assert "<a " not in text and "<script" not in text.lower() and "salience rank" in text
     assert text.count("<circle") >= 10
     with MagmaMemory.load(path) as mem:
-        key = next(k for k, s in zip(mem.store.entities.names, mem.store.entities.surfaces) if s.lower() != k)
+        key = next(k for k, s in zip(mem.store.entities.names, mem.store.entities.surfaces, strict=True)
+                   if s.lower() != k)
         surface = mem.store.entities.surfaces[mem.store.entity_id(key)]
         r = Retrieval("q", "ENTITY", None, [Anchor(0, 0.03, {"vector": 1})], [_node(0), _node(1)],
                       [PathEdge(0, 1, f"entity:{key}", 5.0)], "ctx", 1, [0, 1], 1.0)

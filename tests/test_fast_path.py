@@ -46,7 +46,7 @@ def rec(text, ts, **kw):
 
 def edges(mem, rel):
     s, d, _ = mem.store.graph.edges(rel)
-    return list(zip(s.tolist(), d.tolist()))
+    return list(zip(s.tolist(), d.tolist(), strict=True))
 
 
 def state(mem) -> dict:
@@ -121,7 +121,7 @@ def _expected_semantic(embs: torch.Tensor, k: int, theta: float) -> set[tuple[in
     out = set()
     for i in range(1, len(embs)):
         vals, idx = torch.topk(sims[i, :i], min(k, i))
-        out |= {(i, int(j)) for v, j in zip(vals.tolist(), idx.tolist()) if v > theta}
+        out |= {(i, int(j)) for v, j in zip(vals.tolist(), idx.tolist(), strict=True) if v > theta}
     return out
 
 

@@ -135,9 +135,9 @@ def test_forget_takes_the_event_out_of_every_structure(emb):
         # the chain is re-linked around the gap; the causal link is not bridged
         assert int(ev.prev.data[ra]) == rb and int(ev.next.data[rb]) == ra
         src, dst, _ = g.edges("temporal")
-        assert (rb, ra) in set(zip(src.tolist(), dst.tolist()))
+        assert (rb, ra) in set(zip(src.tolist(), dst.tolist(), strict=True))
         src, dst, _ = g.edges("causal")
-        assert (rb, ra) not in set(zip(src.tolist(), dst.tolist()))
+        assert (rb, ra) not in set(zip(src.tolist(), dst.tolist(), strict=True))
         assert MARKER_TEXT not in [r.text for r in ev.rows] and "marker" not in ev.by_source
         assert "zorblax" not in mem.store.entities.by_name
         assert "Qwertina" in ev.speaker_names       # still the speaker of another event
@@ -157,7 +157,7 @@ def test_forget_selects_by_speaker_entity_and_time(emb):
     with mem:
         speaker, cut = recs[1]["speaker"], recs[4]["timestamp"]
         stream = recs[1]["stream"]
-        expected = [i for i, r in zip(ids, recs) if r["speaker"] == speaker and r["timestamp"] < cut]
+        expected = [i for i, r in zip(ids, recs, strict=True) if r["speaker"] == speaker and r["timestamp"] < cut]
         assert mem.forget(speaker=speaker, before=cut).ids == tuple(sorted(expected))
         entity = mem.store.entities.names[0]
         e = mem.store.entity_id(entity)
@@ -165,7 +165,7 @@ def test_forget_selects_by_speaker_entity_and_time(emb):
         mentioning = sorted(mem.store.events.ids[r] for r in src[dst == e].tolist())
         out = mem.forget(entity=f" {entity.upper()} ")        # a name as a person writes it
         assert out.ids == tuple(mentioning) and entity in out.entities
-        last = [i for i, r in zip(ids, recs) if r["stream"] == stream][-1]
+        last = [i for i, r in zip(ids, recs, strict=True) if r["stream"] == stream][-1]
         assert mem.forget(ids=np.int64(last), source_ids=[]).ids == (last,)
         assert mem.forget(ids=[], source_ids=[]).ids == ()
         with pytest.raises(ValueError, match="needs ids"):
@@ -233,7 +233,7 @@ def semantic_edges(mem) -> set[tuple[int, int]]:
     """The semantic edges, as (event id, event id)."""
     src, dst, _ = mem.store.graph.edges("semantic")
     ids = mem.store.events.ids
-    return {(ids[s], ids[d]) for s, d in zip(src.tolist(), dst.tolist())}
+    return {(ids[s], ids[d]) for s, d in zip(src.tolist(), dst.tolist(), strict=True)}
 
 
 @pytest.mark.parametrize("change", ["text", "timestamp"])
@@ -362,7 +362,7 @@ def mentions(mem) -> set[tuple[str, str]]:
     """(event text, entity name) of every event-entity link."""
     src, dst, _ = mem.store.graph.edges("entity")
     rows, names = mem.store.events.rows, mem.store.entities.names
-    return {(rows[e].text, names[n]) for e, n in zip(src.tolist(), dst.tolist())}
+    return {(rows[e].text, names[n]) for e, n in zip(src.tolist(), dst.tolist(), strict=True)}
 
 
 def mentions_in_order(emb, turns, min_phrase_count: int) -> set[tuple[str, str]]:

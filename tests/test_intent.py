@@ -111,7 +111,7 @@ def _accuracy(clf, encoder, questions_by_intent, with_text=False):
     questions = [q for qs in questions_by_intent.values() for q in qs]
     gold = [label for label, qs in questions_by_intent.items() for _ in qs]
     pred = clf.predict_labels(embed(questions, encoder), questions if with_text else None)
-    misses = [(q, g, p) for q, g, p in zip(questions, gold, pred) if p != g]
+    misses = [(q, g, p) for q, g, p in zip(questions, gold, pred, strict=True) if p != g]
     return 1 - len(misses) / len(gold), misses
 
 

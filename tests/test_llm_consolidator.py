@@ -86,7 +86,7 @@ def add_turns(mem, turns, stream="s", minutes=True, start=0):
 
 def causal_edges(mem):
     s, d, w = mem.store.graph.edges("causal")
-    return list(zip(s.tolist(), d.tolist(), w.tolist()))
+    return list(zip(s.tolist(), d.tolist(), w.tolist(), strict=True))
 
 
 def mention_counts(mem):
@@ -554,7 +554,7 @@ def test_supersession_links_are_validated_capped_and_stored(emb):
         add_turns(mem, [("Anna", "I live in Hull.")], stream="other", start=10)
         mem.consolidate()
         s, d, w = mem.store.graph.edges("supersedes")
-        assert sorted(zip(s.tolist(), d.tolist())) == [(ids[3], ids[0]), (ids[3], ids[1])]
+        assert sorted(zip(s.tolist(), d.tolist(), strict=True)) == [(ids[3], ids[0]), (ids[3], ids[1])]
         reason = mem.event(ids[3]).status_reason
         assert "'n42'" in reason and "below 0.5" in reason and "over the cap of 2" in reason
         assert "self-loop" in mem.event(ids[0]).status_reason
@@ -585,8 +585,8 @@ def llm_links(mem) -> tuple[set, set]:
     rows, names = mem.store.events.rows, mem.store.entities.names
     s, d, _ = mem.store.graph.edges("supersedes")
     es, en, _ = mem.store.graph.edges("entity")
-    return ({(rows[a].text, rows[b].text) for a, b in zip(s.tolist(), d.tolist())},
-            {(rows[a].text, names[b]) for a, b in zip(es.tolist(), en.tolist())})
+    return ({(rows[a].text, rows[b].text) for a, b in zip(s.tolist(), d.tolist(), strict=True)},
+            {(rows[a].text, names[b]) for a, b in zip(es.tolist(), en.tolist(), strict=True)})
 
 
 def llm_in_order(emb, turns) -> tuple[set, set]:

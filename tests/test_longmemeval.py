@@ -29,7 +29,7 @@ SECRETS = sorted({sid for r in RAW for sid in r["haystack_session_ids"]} | {"has
 def test_fixture_loads_one_sample_per_question():
     samples = list(load_longmemeval(FIXTURE))
     assert [s.sample_id for s in samples] == [r["question_id"] for r in RAW]
-    for s, raw in zip(samples, RAW):
+    for s, raw in zip(samples, RAW, strict=True):
         (q,) = s.questions
         assert q.category == raw["question_type"] and q.gold == str(raw["answer"])
         assert q.abstention == raw["question_id"].endswith("_abs")
@@ -40,7 +40,7 @@ def test_fixture_loads_one_sample_per_question():
         # evidence ids point at the turns the file marks has_answer, in the sessions it names
         marked = {t["content"] for sess in raw["haystack_sessions"] for t in sess if t.get("has_answer")}
         assert {turn[e].text for e in q.evidence} == marked
-        by_date = sorted(zip(raw["haystack_dates"], raw["haystack_session_ids"]))
+        by_date = sorted(zip(raw["haystack_dates"], raw["haystack_session_ids"], strict=True))
         names = {sid: f"session_{k}" for k, (_, sid) in enumerate(by_date, 1)}
         assert set(q.evidence_sessions) == {names[sid] for sid in raw["answer_session_ids"]}
 

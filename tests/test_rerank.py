@@ -57,12 +57,12 @@ def reference_features(snap, sim, fused, rrf_k: int, m: int) -> list[list[list[f
     n = snap.num_events
     adj = defaultdict(set)
     seg, nbr, rel = snap.graph.event_adj.gather(torch.arange(n))
-    for u, v, r in zip(seg.tolist(), nbr.tolist(), rel.tolist()):
+    for u, v, r in zip(seg.tolist(), nbr.tolist(), rel.tolist(), strict=True):
         adj[u].add((v, r))
     seg, ent, _ = snap.graph.event_entity.gather(torch.arange(n))
     spec = entity_specificity(snap.graph, ent, n).tolist()
     entities = defaultdict(dict)
-    for u, e, s in zip(seg.tolist(), ent.tolist(), spec):
+    for u, e, s in zip(seg.tolist(), ent.tolist(), spec, strict=True):
         entities[u][e] = s
     episode = snap.episode_of.tolist()
     out = []
@@ -180,7 +180,7 @@ def test_retrieval_anchors_are_the_reranked_pool(mem):
     assert torch.equal(got.ids, want.ids)
     # the fused RRF score stays with each anchor (magma-explain shows it); the beam starts from the new rank
     for b in range(len(QUESTIONS)):
-        fused_of = dict(zip(fused.ids[b].tolist(), fused.scores[b].tolist()))
+        fused_of = dict(zip(fused.ids[b].tolist(), fused.scores[b].tolist(), strict=True))
         assert got.rrf[b].tolist() == [fused_of[i] for i in got.ids[b].tolist()]
     r = mem.retrieve(QUESTIONS[0])
     assert [a.rrf for a in r.anchors] == pytest.approx(got.rrf[0].tolist())

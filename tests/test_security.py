@@ -154,7 +154,7 @@ def test_prompt_injection_cannot_link_outside_the_prompt_or_past_the_caps(embedd
         mem.check()
         src, dst, _ = mem.store.graph.edges("causal")
         per_event: dict[int, int] = {}
-        for c, e in zip(src.tolist(), dst.tolist()):
+        for c, e in zip(src.tolist(), dst.tolist(), strict=True):
             owner = [x for x in (c, e) if x in allowed and (c if x == e else e) in allowed[x]]
             assert owner, f"causal link {c}->{e} is not between an event and a node of its prompt"
             per_event[owner[-1]] = per_event.get(owner[-1], 0) + 1
@@ -163,7 +163,7 @@ def test_prompt_injection_cannot_link_outside_the_prompt_or_past_the_caps(embedd
         names = mem.store.entities.names
         assert not any(n.startswith("victim") for n in names)
         counts = {}
-        for e, k in zip(ev_ent.tolist(), ent.tolist()):  # each mention is of a name the event's text holds
+        for e, k in zip(ev_ent.tolist(), ent.tolist(), strict=True):  # each mention is of a name the event's text holds
             assert names[k] in texts[e].lower() or names[k] == "eve", (e, names[k])
             counts[e] = counts.get(e, 0) + 1
         assert max(counts.values()) <= cons.max_entities_per_event

@@ -76,7 +76,7 @@ def _brute(edges, rows):
 
 def _gathered(snap, rows):
     seg, col, rel = snap.gather(torch.tensor(rows, dtype=torch.long))
-    return Counter(zip(seg.tolist(), col.tolist(), rel.tolist()))
+    return Counter(zip(seg.tolist(), col.tolist(), rel.tolist(), strict=True))
 
 
 def test_incremental_csr_matches_brute_force_through_deltas_and_merges():
@@ -91,7 +91,7 @@ def test_incremental_csr_matches_brute_force_through_deltas_and_merges():
         k = rng.randint(0, 6)
         new = [(rng.randrange(num_rows), rng.randrange(num_rows), rng.randrange(4)) for _ in range(k)]
         if new:
-            r, c, rel = (torch.tensor(x, dtype=torch.long) for x in zip(*new))
+            r, c, rel = (torch.tensor(x, dtype=torch.long) for x in zip(*new, strict=True))
             csr.add(r, c, rel)
         edges += new
         main_before = csr._main_edges
@@ -172,7 +172,7 @@ def test_graph_snapshot_holds_both_directions_and_entity_views():
     g = _graph()
     snap = g.snapshot(4, 2, 2)
     seg, col, rel = snap.event_adj.gather(torch.tensor([3]))
-    got = Counter(zip(col.tolist(), [RELATIONS[r] for r in rel.tolist()]))
+    got = Counter(zip(col.tolist(), [RELATIONS[r] for r in rel.tolist()], strict=True))
     assert got == Counter({(2, "temporal"): 1, (0, "semantic"): 1, (1, "causal"): 1})
     _, ent, _ = snap.event_entity.gather(torch.tensor([3]))
     assert sorted(ent.tolist()) == [0, 1]

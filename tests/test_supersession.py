@@ -100,7 +100,7 @@ def build(emb, store_dir=None, durable=False) -> tuple[MagmaMemory, list[int]]:
 
 def supersedes(mem) -> list[tuple[int, int]]:
     s, d, _ = mem.store.graph.edges("supersedes")
-    return sorted(zip(s.tolist(), d.tolist()))
+    return sorted(zip(s.tolist(), d.tolist(), strict=True))
 
 
 def test_valid_time_and_the_context_mark(emb):

@@ -55,9 +55,9 @@ def consolidation_pass(llm, n_events: int, batch_size: int) -> dict:
                             "source_id": t.source_id} for t in turns)
         mem.consolidate()
         src, dst, w = mem.store.graph.edges("causal")
-        return {"events": {str(i): t.text for i, t in zip(ids, turns)},
+        return {"events": {str(i): t.text for i, t in zip(ids, turns, strict=True)},
                 "status": {str(i): list(mem.worker.status[i]) for i in ids},
-                "causal": [[s, d, x] for s, d, x in zip(src.tolist(), dst.tolist(), w.tolist())],
+                "causal": [[s, d, x] for s, d, x in zip(src.tolist(), dst.tolist(), w.tolist(), strict=True)],
                 "prompts": rec.calls, "stats": mem.stats()}
 
 
