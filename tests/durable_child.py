@@ -110,7 +110,9 @@ def child(store_dir: Path, ack_dir: Path, k: int, embedder: Embedder) -> None:
         verdict = "; ".join(found) if found else f"ok {len(mem.store)}"
     except Exception as err:  # the verdict file carries it to the test
         verdict = f"check failed: {err}"
-    (ack_dir / f"verify-{k}").write_text(verdict + "\n")
+    # whole or absent: a kill between write_text's open and its write left an empty verdict behind
+    (ack_dir / f".verify-{k}").write_text(verdict + "\n")
+    os.replace(ack_dir / f".verify-{k}", ack_dir / f"verify-{k}")
     fd = os.open(ack_dir / f"ack-{k}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     # past every index ever used: a forgotten source id is never added again
     i = 1 + max((int(sid[1:]) for sid in {*mem.store.events.by_source, *ledger.added, *ledger.forgotten}),
