@@ -1,4 +1,10 @@
-"""Every third-party package that magma_torch imports is declared in pyproject.toml (a dependency or an extra)."""
+"""pyproject.toml declares what the tree needs and holds: every third-party package that magma_torch
+imports (a dependency or an extra), and every package folder a wheel must ship.
+
+The packages are listed by hand (conf/ ships as magma_torch.conf). A subpackage missing from the
+list is not a package to setuptools ("Package would be ignored"); it ships as data files or not at
+all, by the state of the build folders: of two wheels built from the same tree, the first lacked
+magma_torch.config and magma_torch.text, which the package imports."""
 from __future__ import annotations
 
 import ast
@@ -17,8 +23,12 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
 def _declared() -> set[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = _pyproject()["project"]
     specs = project["dependencies"] + [s for extra in project["optional-dependencies"].values() for s in extra]
     return {_norm(re.match(r"[A-Za-z0-9_.-]+", s).group()) for s in specs} | {_norm(project["name"])}
 
@@ -49,3 +59,12 @@ def test_every_third_party_import_is_declared():
         if not {_norm(c) for c in candidates} & declared:
             missing[module] = (candidates, sorted(files))
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
+
+
+def test_pyproject_lists_every_package_of_the_tree():
+    setuptools = _pyproject()["tool"]["setuptools"]
+    tree = {".".join(init.parent.relative_to(ROOT).parts)
+            for top in ("magma_torch", "hydra_plugins") for init in (ROOT / top).rglob("__init__.py")}
+    mapped = set(setuptools["package-dir"])
+    assert set(setuptools["packages"]) - mapped == tree
+    assert all((ROOT / folder).is_dir() for folder in setuptools["package-dir"].values())
