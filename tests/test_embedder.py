@@ -3,6 +3,7 @@ import os
 import re
 
 import pytest
+import torch
 
 from magma_torch import MagmaMemory
 from magma_torch.config.resolve import ConfigError, settings
@@ -74,3 +75,18 @@ def test_magma_mpnets_model_is_found_through_magma_models_dir_from_any_directory
         Embedder(device="cpu", **dataclasses.asdict(cfg))
     monkeypatch.chdir(tmp_path)
     assert Embedder(device="cpu", **dataclasses.asdict(cfg)).dim == 768
+
+
+def test_an_empty_model_folder_is_refused_naming_the_setting(tmp_path):
+    # before: transformers' raw ValueError ("Unrecognized model ... model_type"), e.g. for the folder an
+    # interrupted `make models` leaves
+    with pytest.raises(ConfigError, match=rf"^embedder\.model: cannot load {re.escape(str(tmp_path))} "
+                                          r"\(is not a model folder"):
+        Embedder(model=str(tmp_path), device="cpu")
+
+
+@pytest.mark.parametrize("device", ["cuda:99"] + ([] if torch.cuda.is_available() else ["cuda", "cuda:0"]))
+def test_a_cuda_device_this_machine_lacks_is_refused_naming_the_setting(device):
+    # before: an AssertionError ("Torch not compiled with CUDA enabled") while the model was moved
+    with pytest.raises(ConfigError, match=rf"^device: '{device}', but this machine has \d+ CUDA device"):
+        Embedder(device=device)

@@ -44,9 +44,14 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
+        parsed = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise ConfigError(f"device must be auto, cpu, cuda, cuda:N or another torch device, got {device!r}") from None
+    # else an AssertionError or a bad-ordinal error deep in the model's .to()
+    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(f"device: {device!r}, but this machine has {torch.cuda.device_count()} CUDA device(s) "
+                          "(use auto or cpu)")
+    return parsed
 
 
 def model_positions(model) -> int | None:
@@ -69,7 +74,9 @@ class Embedder:
         self.model_path = model or bundled_model_path()
         try:
             self._model = SentenceTransformer(self.model_path, device=str(self.device))
-        except OSError as err:   # offline, a missing folder surfaces as a failed hub download
+        # offline, a missing folder surfaces as a failed hub download (OSError); an empty one as an
+        # unrecognised model (ValueError)
+        except (OSError, ValueError) as err:
             found = "is not a model folder" if os.path.isdir(self.model_path) else "no such folder"
             here = "" if os.path.isabs(self.model_path) else f" in {os.getcwd()}"   # where a relative path looked
             raise ConfigError(f"embedder.model: cannot load {self.model_path}{here} ({found}, and the hub is not "
