@@ -3,6 +3,7 @@ import functools
 import json
 import re
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -155,6 +156,21 @@ def test_a_gguf_export_of_a_missing_file_is_a_magma_error_and_a_file_not_found_e
         gguf_export.main(["--out", str(tmp_path / "out"), "--gguf", str(missing)])
     assert stop.value.code == 2 and capsys.readouterr().err == f"error: gguf_export: no GGUF file at {missing}\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_gguf_export_dtype_torch_lacks_is_refused_before_the_model_is_loaded(tmp_path, capsys, monkeypatch):
+    # before: an AttributeError from getattr(torch, dtype) after both minutes-long loads
+    import transformers
+
+    from magma_torch.llm import gguf_export
+
+    loads = []
+    monkeypatch.setattr(transformers, "AutoTokenizer", SimpleNamespace(from_pretrained=lambda *a, **k: loads.append(a)))
+    with pytest.raises(SystemExit) as stop:
+        gguf_export.main(["--out", str(tmp_path / "out"), "--gguf", str(fake_gguf(tmp_path)), "--dtype", "bf16"])
+    assert stop.value.code == 2 and capsys.readouterr().err == (
+        "error: gguf_export: --dtype 'bf16' is not a torch dtype (bfloat16, float16 or float32)\n")
+    assert loads == [] and not (tmp_path / "out").exists()
 
 
 # a whole line of a consolidation.cache file

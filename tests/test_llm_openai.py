@@ -13,6 +13,7 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
+from magma_torch.config.schema import ConfigError
 from magma_torch.llm import openai_backend
 from magma_torch.llm.base import LLMUnavailable
 from magma_torch.llm.openai_backend import OpenAIBackend
@@ -202,6 +203,13 @@ def test_missing_key_fails_fast_naming_the_env_var(monkeypatch):
     monkeypatch.delenv("MAGMA_TEST_NO_SUCH_KEY", raising=False)
     with pytest.raises(LLMUnavailable, match="MAGMA_TEST_NO_SUCH_KEY"):
         OpenAIBackend(api_key_env="MAGMA_TEST_NO_SUCH_KEY", require_key=True)
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_base_url_that_is_no_url_is_refused_naming_the_setting(check):
+    # before: httpx's InvalidURL, which is no HTTPError, escaped check() (and, unchecked, every request) raw
+    with pytest.raises(ConfigError, match=r"^llm\.base_url: 'http://localhost:80OO/v1' is not a URL \(.*80OO"):
+        OpenAIBackend(base_url="http://localhost:80OO/v1", require_key=False, check=check)
 
 
 def test_key_comes_from_the_environment(server, monkeypatch):

@@ -16,6 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from magma_torch.config.schema import ConfigError
 from magma_torch.errors import MagmaError, MissingDependencyError
 
 _DONE = "model.safetensors"
@@ -44,6 +45,10 @@ def export_gguf(out: str | Path, gguf: str | Path | None = None, dtype: str = "b
             raise MissingDependencyError(f"gguf_export needs {mod} to read a GGUF file: "
                                          "pip install 'magma-torch[transformers]'")
     import torch
+
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):   # checked before minutes of loading, not after
+        raise ConfigError(f"gguf_export: --dtype {dtype!r} is not a torch dtype (bfloat16, float16 or float32)")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kw = {"gguf_file": gguf.name}
@@ -53,7 +58,7 @@ def export_gguf(out: str | Path, gguf: str | Path | None = None, dtype: str = "b
     cfg = loaded.config
     if hasattr(cfg, "quantization_config"):
         del cfg.quantization_config
-    model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype)
     model.load_state_dict(loaded.state_dict())
     tmp = out.with_name(out.name + ".partial")   # a killed export never looks complete
     model.save_pretrained(tmp)

@@ -53,6 +53,10 @@ class OpenAIBackend:
         self.name = name
         self.usage = Usage()
         self.base_url = base_url.rstrip("/")
+        try:   # httpx's InvalidURL is no HTTPError: unchecked, it escaped check() and every request raw
+            httpx.URL(f"{self.base_url}/models")
+        except httpx.InvalidURL as err:
+            raise ConfigError(f"llm.base_url: {base_url!r} is not a URL ({err})") from None
         self.model = model
         self.concurrency = max(1, int(concurrency))
         self.timeout_s = float(timeout_s)
