@@ -295,6 +295,20 @@ def test_a_keyed_supersession_kind_whose_pattern_has_no_key_group_is_a_config_er
     refused(err.value, "ConfigError", ValueError)
 
 
+def default_rules_at(path):
+    """The default supersession rules, their first kind's name, and the mapping (or list) that holds the last step of
+    ``path`` (KIND: that first kind) with that step."""
+    from magma_torch.ingest.supersession import load_rules
+
+    rules = load_rules("default")
+    kind = next(iter(rules["kinds"]))
+    *steps, last = [kind if step == "KIND" else step for step in path]
+    inner = rules
+    for step in steps:
+        inner = inner[step]
+    return rules, kind, inner, last
+
+
 @pytest.mark.parametrize("drop, named", [
     (("hedges",), r"no 'hedges'"),
     (("confidence", "cue"), r"confidence: no 'cue'"),            # before: a KeyError at the first add it read
@@ -303,15 +317,24 @@ def test_a_keyed_supersession_kind_whose_pattern_has_no_key_group_is_a_config_er
 def test_a_supersession_rules_mapping_without_a_required_key_is_a_config_error_naming_it(emb, drop, named):
     # consolidation.supersession given as a mapping is used as it is: before, a missing key was a bare KeyError
     # that Hydra wrapped in an InstantiationException
-    from magma_torch.ingest.supersession import load_rules
-
-    rules = load_rules("default")
-    kind = next(iter(rules["kinds"]))
-    *path, last = [kind if step == "KIND" else step for step in drop]   # the first kind of the rules
-    inner = rules
-    for step in path:
-        inner = inner[step]
+    rules, kind, inner, last = default_rules_at(drop)
     del inner[last]
+    with pytest.raises(ValueError, match="^consolidation\\.supersession: " + named.format(kind=kind)) as err:
+        MagmaMemory(consolidation={"supersession": rules}, embedder=emb, device="cpu")
+    refused(err.value, "ConfigError", ValueError)
+
+
+@pytest.mark.parametrize("path, value, named", [
+    (("kinds",), None, r"kinds: expected a mapping, got None"),
+    (("kinds", "KIND"), None, r"kinds\.{kind}: expected a mapping, got None"),       # a kind left empty in YAML
+    (("kinds", "KIND", "patterns"), None, r"kinds\.{kind}\.patterns: expected a list, got None"),
+    (("kinds", "KIND", "patterns", 0), "a pattern", r"kinds\.{kind}\.patterns\[0\]: expected a mapping, got 'a"),
+    (("confidence",), 0.9, r"confidence: expected a mapping, got 0\.9"),
+    (("hedges",), "maybe", r"hedges: expected a list, got 'maybe'")])
+def test_a_supersession_rules_part_of_the_wrong_shape_is_a_config_error_naming_it(emb, path, value, named):
+    # before: a TypeError or AttributeError ("argument of type 'NoneType' is not iterable") from the first read
+    rules, kind, inner, last = default_rules_at(path)
+    inner[last] = value
     with pytest.raises(ValueError, match="^consolidation\\.supersession: " + named.format(kind=kind)) as err:
         MagmaMemory(consolidation={"supersession": rules}, embedder=emb, device="cpu")
     refused(err.value, "ConfigError", ValueError)

@@ -59,14 +59,26 @@ _WORD = re.compile(r"[a-z0-9][a-z0-9'&.-]*")
 RULE_KEYS = ("confidence", "max_per_event", "value_words", "number_words", "plurals", "change_cues", "hedges",
              "value_skip", "value_stops", "kinds")
 CONFIDENCES = ("change", "cue", "negates")
+RULE_SHAPES = {"confidence": Mapping, "number_words": Mapping, "plurals": Mapping, "kinds": Mapping,
+               "change_cues": list, "hedges": list, "value_skip": list, "value_stops": list}
 
 
-def _require(mapping: Mapping, keys, where: str = "") -> None:
-    """A rules mapping (or the part of it at ``where``) without one of ``keys`` raises ConfigError naming
-    consolidation.supersession and the keys missing, instead of a KeyError when the rules are first read."""
-    missing = [k for k in keys if k not in mapping]
+def _shaped(value, shape: type, where: str):
+    """``value`` when it is a ``shape`` (Mapping or list), else ConfigError naming where it sits in the rules
+    (before: a TypeError or AttributeError when the rules were first read, e.g. for a kind left empty)."""
+    if not isinstance(value, shape):
+        raise ConfigError(f"consolidation.supersession: {where}: expected a {'mapping' if shape is Mapping else 'list'}"
+                          f", got {value!r}")
+    return value
+
+
+def _require(mapping, keys, where: str = "") -> None:
+    """A rules mapping (or the part of it at ``where``) that is no mapping, or lacks one of ``keys``, raises
+    ConfigError naming consolidation.supersession and the keys missing, instead of a KeyError when the rules are
+    first read."""
+    missing = [k for k in keys if k not in _shaped(mapping, Mapping, where or "the rules")]
     if missing:
-        raise ConfigError(f"consolidation.supersession: {where}no {', '.join(map(repr, missing))} "
+        raise ConfigError(f"consolidation.supersession: {where + ': ' if where else ''}no {', '.join(map(repr, missing))} "
                           "(conf/supersession/default.yaml shows the rules' keys)")
 
 
@@ -76,7 +88,9 @@ class FactRules:
 
     def __init__(self, rules: Mapping):
         _require(rules, RULE_KEYS)
-        _require(rules["confidence"], CONFIDENCES, "confidence: ")
+        for key, shape in RULE_SHAPES.items():
+            _shaped(rules[key], shape, key)
+        _require(rules["confidence"], CONFIDENCES, "confidence")
         self.rules = dict(rules)
         self.confidence = dict(rules["confidence"])
         self.max_per_event = int(rules["max_per_event"])
@@ -87,10 +101,10 @@ class FactRules:
         self.skip, self.stops = set(rules["value_skip"]), set(rules["value_stops"])
         self.kinds = []
         for kind, spec in rules["kinds"].items():
-            _require(spec, ("patterns",), f"kinds.{kind}: ")
+            _require(spec, ("patterns",), f"kinds.{kind}")
             keys = set(spec.get("keys") or ()) or None
-            for i, p in enumerate(spec["patterns"]):
-                _require(p, ("pattern",), f"kinds.{kind}.patterns[{i}]: ")
+            for i, p in enumerate(_shaped(spec["patterns"], list, f"kinds.{kind}.patterns")):
+                _require(p, ("pattern",), f"kinds.{kind}.patterns[{i}]")
                 try:
                     rx = re.compile(p["pattern"])
                 except re.error as err:
