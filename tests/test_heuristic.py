@@ -214,6 +214,35 @@ def test_state_dict_round_trip_gives_identical_proposals():
     assert a.state_dict() == b.state_dict()
 
 
+def pre_records_state(consolidator) -> dict:
+    """The consolidator's state as a version before the per-event records saved it: phrase counts, no records."""
+    state = json.loads(json.dumps(consolidator.state_dict()))
+    for st in state["streams"].values():
+        st.pop("unrecorded", None)
+        st["counts"] = {k: 1 for _, phrases in st.pop("records").values() for k, _, _ in phrases}
+    return state
+
+
+def test_phrase_counts_of_a_state_from_before_the_records_outlive_a_save_and_a_forget_in_another_stream():
+    # before: the counts stood once loaded, but the next save dropped them, and a forget in any stream recounted
+    # every stream from its (empty) records; so "violin" and "concert", seen once before, did not reach the
+    # threshold of 2 at their second mention
+    [violin] = events([("Ann", "I tuned my violin before the concert.")])
+    [garden] = events([("Ben", "My garden is full of tomatoes.")], stream="t", start=1)
+    [again] = events([("Ann", "The violin sounded great at the concert.")], start=1)
+    old = HeuristicConsolidator(min_phrase_count=2)
+    old.propose([violin, garden], {})
+    saved, forgot = HeuristicConsolidator(min_phrase_count=2), HeuristicConsolidator(min_phrase_count=2)
+    saved.load_state_dict(pre_records_state(old))
+    saved.load_state_dict(json.loads(json.dumps(saved.state_dict())))
+    forgot.load_state_dict(pre_records_state(old))
+    forgot.forget([0, -1], {1}, {"t": []})
+    for c in (saved, forgot):
+        [proposal] = c.propose([again], {1: [violin]})
+        assert sorted(m.name for m in proposal.entities) == ["concert", "violin"]
+        assert sorted((e, m.name) for e, m in c.backfill()) == [(0, "concert"), (0, "violin")]
+
+
 def test_yaml_config_instantiates_the_defaults():
     from_yaml = instantiate(load_group("consolidation", "heuristic"))
     default = HeuristicConsolidator()

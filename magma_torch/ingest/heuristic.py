@@ -156,25 +156,30 @@ class _Stream:
         # event id -> [its named mentions, its phrases], each [[key, kind, surface]]: what it counted
         self.records: dict[int, list[list[list[str]]]] = {}
         self.counts: dict[str, int] = {}                # phrase key -> recorded events containing it
+        # phrase counts of a state from before the records, which no record explains: they stand until
+        # the stream's mentions are restated (an update, forget or backfill in it)
+        self.unrecorded: dict[str, int] = {}
         self.pending: dict[str, list[list]] = {}        # below-threshold key -> [[event id, kind, surface]]
 
     def to_json(self) -> dict:
         return {"speakers": self.speakers, "names": self.names, "lower": sorted(self.lower),
-                "records": {str(k): v for k, v in self.records.items()}, "pending": self.pending}
+                "records": {str(k): v for k, v in self.records.items()}, "pending": self.pending,
+                "unrecorded": self.unrecorded}
 
     @classmethod
     def from_json(cls, d: dict) -> _Stream:
         s = cls()
         s.speakers, s.names, s.lower = dict(d["speakers"]), dict(d["names"]), set(d["lower"])
         s.records = {int(k): v for k, v in d.get("records", {}).items()}
-        # a state from before the records: its counts stand until a forget or update recounts them
-        s.counts = s.recount() if "records" in d else dict(d["counts"])
+        s.unrecorded = dict(d.get("unrecorded", {})) if "records" in d else dict(d["counts"])
+        s.counts = s.recount()
         s.pending = {k: [list(e) for e in v] for k, v in d["pending"].items()}
         return s
 
     def recount(self) -> dict[str, int]:
-        """Phrase key -> the recorded events that counted it."""
-        return dict(Counter(key for _, phrases in self.records.values() for key, _, _ in phrases))
+        """Phrase key -> the recorded events that counted it, and the counts no record explains."""
+        return dict(Counter(key for _, phrases in self.records.values() for key, _, _ in phrases)
+                    + Counter(self.unrecorded))
 
     def speaker_words(self) -> set[str]:
         return {w for s in self.speakers for w in s.split()}
@@ -652,7 +657,7 @@ class HeuristicConsolidator:
             fresh = [(i, e) for i, e in events if i not in st.records]
             docs = dict(zip([i for i, _ in fresh], nlp.parse(e.text for _, e in fresh), strict=True))
             ids = {i for i, _ in events}
-            st.counts, st.pending = {}, {}
+            st.counts, st.pending, st.unrecorded = {}, {}, {}   # every event of the stream is recorded below
             self._room = {e: r for e, r in self._room.items() if e not in ids}
             self._backfill = [(e, m) for e, m in self._backfill if e not in ids]   # written with the rest
             props: dict[int, Proposal] = {}
