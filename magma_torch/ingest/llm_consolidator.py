@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 ENTITY_KINDS = ("person", "place", "object", "organization", "activity", "event", "other")
 _REF = re.compile(r"n(\d{1,4})")
+_NUMERAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _MAX_ITEMS_READ = 64        # items of a list in the output that are looked at at all
 _MAX_NOTES = 16             # rejection notes kept per event (then "... and N more")
 _MAX_NAME_CHARS = 80
@@ -196,6 +197,19 @@ def _quoted(words, text: str) -> bool:
         return False
     words = _plain(words).strip(" .,;:!?\"")
     return bool(words) and _whole_words(words, _plain(text))
+
+
+def _cited(value, text: str) -> str:
+    """``value``, something the LLM wrote, as a rejection note may show it: a prompt reference ("n3"), a number (or
+    one written as a string), or words of the event's own ``text``. Other words may be another shown event's, and a
+    note is stored with this event: it must not keep the words of an event forgotten later, so they are withheld."""
+    if value is None or isinstance(value, numbers.Real):
+        return repr(value)
+    if not isinstance(value, str):
+        return f"<{type(value).__name__}>"
+    if _REF.fullmatch(value.strip().lower()) or _NUMERAL.fullmatch(value.strip()) or _quoted(value, text):
+        return repr(value[:40])
+    return "<words not in n0's text>"
 
 
 def _in_words(key: str, text: str) -> bool:
@@ -360,7 +374,7 @@ class LLMConsolidator:
             if not problem and self.stated_words:
                 problem = self._unstated(refs, c, e, item.get("words"))
             if problem:
-                notes.append(f"rejected causal link {c!r}->{e!r}: {problem}")
+                notes.append(f"rejected causal link {_cited(c, ev.text)}->{_cited(e, ev.text)}: {problem}")
                 continue
             cause, effect = refs[c.strip().lower()], refs[e.strip().lower()]
             key = (cause.id, effect.id)
@@ -384,7 +398,7 @@ class LLMConsolidator:
             r, conf = (item.get("earlier"), item.get("confidence")) if isinstance(item, dict) else (None, None)
             problem = self._update_problem(ev, refs, r, conf)
             if problem:
-                notes.append(f"rejected supersession n0->{r!r}: {problem}")
+                notes.append(f"rejected supersession n0->{_cited(r, ev.text)}: {problem}")
                 continue
             earlier = refs[r.strip().lower()]
             if earlier.id not in kept or kept[earlier.id].confidence < conf:
@@ -404,7 +418,7 @@ class LLMConsolidator:
         if earlier.stream != ev.stream or earlier.id > ev.id or earlier.timestamp > ev.timestamp:
             return "not an earlier event of the same stream"
         if isinstance(conf, bool) or not isinstance(conf, numbers.Real) or not 0.0 < conf <= 1.0:
-            return f"confidence {conf!r} not in (0, 1]"
+            return f"confidence {_cited(conf, ev.text)} not in (0, 1]"
         if conf < self.min_confidence:
             return f"confidence {conf} below {self.min_confidence}"
         return ""
@@ -414,7 +428,7 @@ class LLMConsolidator:
         a result or reason cue, unless the link's other event asks the why-question n0 answers."""
         shown = str(words)[:40]
         if not _quoted(words, refs["n0"].text):
-            return f"its words {shown!r} are not in n0's text"
+            return "its words are not in n0's text"
         c, e = c.strip().lower(), e.strip().lower()
         other = refs[e if c == "n0" else c]
         if self.cues.states_cause(words) or self.cues.asks_why(other.text):
@@ -427,13 +441,13 @@ class LLMConsolidator:
         c, e = c.strip().lower(), e.strip().lower()
         for r in (c, e):
             if r not in refs:
-                return f"{r!r} is not a node of this prompt"
+                return f"{_cited(r, refs['n0'].text)} is not a node of this prompt"
         if c == e:
             return "self-loop"
         if "n0" not in (c, e):
             return "does not involve the event (n0)"
         if isinstance(conf, bool) or not isinstance(conf, numbers.Real) or not 0.0 < conf <= 1.0:
-            return f"confidence {conf!r} not in (0, 1]"
+            return f"confidence {_cited(conf, refs['n0'].text)} not in (0, 1]"
         if conf < self.min_confidence:
             return f"confidence {conf} below {self.min_confidence}"
         if refs[c].stream != refs[e].stream:
@@ -468,18 +482,19 @@ class LLMConsolidator:
                 continue
             key = normalise_name(name)
             if not key or len(key) > _MAX_NAME_CHARS:
-                notes.append(f"rejected entity {name[:40]!r}: empty or too long")
+                notes.append(f"rejected entity {_cited(name, text)}: empty or too long")
                 continue
             if key in seen:
                 continue
             if key in speakers and not self.speaker_entity:
-                notes.append(f"rejected entity {key!r}: a speaker (an event attribute, not an entity)")
+                notes.append(f"rejected entity {_cited(key, text)}: a speaker (an event attribute, not an entity)")
                 continue
             if self.entities_in_text and not _in_words(key, text):
-                notes.append(f"rejected entity {key!r}: not in the event's text")
+                notes.append("rejected entity: not in the event's text")
                 continue
             if len(out) >= self.max_entities_per_event:
-                notes.append(f"rejected entity {key!r}: over the cap of {self.max_entities_per_event} per event")
+                notes.append(f"rejected entity {_cited(key, text)}: over the cap of {self.max_entities_per_event} "
+                             "per event")
                 continue
             kind = item.get("kind")
             kind = kind.strip().lower() if isinstance(kind, str) else "other"
