@@ -67,20 +67,19 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
     if ids is not None or source_ids is not None:
         ids, source_ids = _as_list(ids), _as_list(source_ids)
         bad_ids = [i for i in ids if not is_event_id(i) or i not in ev.row_of]
-        bad_sources = [s for s in source_ids if s not in ev.by_source]
+        bad_sources = [s for s in source_ids if not isinstance(s, str) or s not in ev.by_source]   # a list: unhashable
         if bad_ids or bad_sources:
             what = "; ".join(x for x in (f"ids {bad_ids}" if bad_ids else "",
                                          f"source_ids {bad_sources}" if bad_sources else "") if x)
             raise UnknownEventError(f"forget: this memory holds no event with {what}; nothing was forgotten")
         rows = {ev.row_of[i] for i in ids} | {ev.by_source[s] for s in source_ids}
     if speaker is not None:
+        _require_name("speaker", speaker)
         if speaker not in ev.speaker_ids:
             raise ForgetError(f"forget: no event has speaker {speaker!r}; nothing was forgotten")
         rows = {r for r in rows if ev.rows[r].speaker == speaker}
     if entity is not None:
-        if not isinstance(entity, str):
-            raise ForgetError(f"forget: entity must be a name (a string), not a {type(entity).__name__}: {entity!r}; "
-                            "nothing was forgotten")
+        _require_name("entity", entity)
         found = entities_named(store.entities, entity)
         if not found:
             close = difflib.get_close_matches(" ".join(entity.split()).casefold(), store.entities.names, n=5)
@@ -96,6 +95,14 @@ def select(store, ids=None, source_ids=None, speaker: str | None = None, entity:
             raise ForgetError(f"forget: before: {err}; nothing was forgotten") from None
         rows = {r for r in rows if ev.rows[r].timestamp < when}
     return sorted(rows)
+
+
+def _require_name(what: str, value) -> None:
+    """A ``speaker`` or ``entity`` filter that is no string raises ForgetError (before: a list as speaker was a
+    TypeError, unhashable, from the lookup)."""
+    if not isinstance(value, str):
+        raise ForgetError(f"forget: {what} must be a name (a string), not a {type(value).__name__}: {value!r}; "
+                          "nothing was forgotten")
 
 
 def entities_named(entities, name: str) -> list[int]:

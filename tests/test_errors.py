@@ -69,7 +69,8 @@ def test_forget_update_and_open_readonly_refusals_are_magma_errors(emb, tmp_path
     mem = MagmaMemory(consolidation="none", embedder=emb, device="cpu")
     first = mem.add("Dana went hiking.", "2023-06-05 10:00", speaker="Dana")
     for bad, named in (({}, "needs ids"), ({"speaker": "Bob"}, "'Bob'"), ({"entity": "violin"}, "'violin'"),
-                       ({"entity": 3}, "entity must be a name"), ({"before": "not a date"}, "before: cannot parse")):
+                       ({"entity": 3}, "entity must be a name"), ({"before": "not a date"}, "before: cannot parse"),
+                       ({"speaker": ["Dana"]}, "speaker must be a name")):
         with pytest.raises(magma_torch.ForgetError, match=named) as err:
             mem.forget(**bad)
         assert isinstance(err.value, ValueError) and "\n" not in str(err.value)
