@@ -274,6 +274,9 @@ def test_only_the_memorys_fused_signals_are_reported():
     (("{saved}", "   "), "the question is empty"),
     (("{saved}", QUESTION, "--date", "not a date"), "--date: cannot parse timestamp"),
     (("{saved}", QUESTION, "--top", "0"), "--top must be at least 1"),
+    # before: the memory's QueryError escaped main as a traceback (exit 1) after loading the memory
+    (("{saved}", QUESTION, "--budget-tokens", "0"), "--budget-tokens must be at least 1, got 0"),
+    (("{saved}", QUESTION, "--budget-tokens", "-5"), "--budget-tokens must be at least 1, got -5"),
 ])
 def test_bad_input_is_one_line_and_exit_2(saved, tmp_path, args, message, capsys):
     corrupt = tmp_path / "corrupt"

@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> str:
     if args.top < 1 or args.expansions < 0:
         raise ExplainError(f"--top must be at least 1 and --expansions at least 0, got {args.top} and "
                            f"{args.expansions}")
+    if args.budget_tokens is not None and args.budget_tokens < 1:
+        raise ExplainError(f"--budget-tokens must be at least 1, got {args.budget_tokens}")
     try:
         when = parse_timestamp(args.date) if args.date is not None else None
     except ValueError as err:
