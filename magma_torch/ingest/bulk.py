@@ -93,6 +93,9 @@ def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = No
             _check_edge(rel, src >= dst, src, dst, "must point from an earlier event to a later one")
             _check_edge(rel, _across_streams(store, src, dst), src, dst,
                         "joins two streams (a causal link stays within a stream)")
+            stored, again = _repeated_causal(store, src, dst)
+            _check_edge(rel, stored, src, dst, "is already stored")
+            _check_edge(rel, again, src, dst, "repeats an earlier edge of this call")
         checked[rel] = (src, dst, weight)
     with store.lock:
         for rel, (src, dst, weight) in checked.items():
@@ -117,6 +120,18 @@ def _across_streams(store: MemoryStore, src: torch.Tensor, dst: torch.Tensor) ->
     stream = torch.tensor([codes.setdefault(store.events.rows[i].stream, len(codes)) for i in ends.tolist()],
                           dtype=torch.long)
     return stream[where[:src.numel()]] != stream[where[src.numel():]]
+
+
+def _repeated_causal(store: MemoryStore, src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per edge: the graph holds it already; an earlier edge of the batch is the same. The causal
+    graph holds each (cause, effect) once (integrity.check counts repeats as damage)."""
+    seen: set[tuple[int, int]] = set()
+    stored, again = [], []
+    for pair in zip(src.tolist(), dst.tolist(), strict=True):
+        stored.append(store.graph.has_causal(*pair))
+        again.append(pair in seen)
+        seen.add(pair)
+    return torch.tensor(stored, dtype=torch.bool), torch.tensor(again, dtype=torch.bool)
 
 
 def _check_ids(rel: str, end: str, ids: torch.Tensor, upper: int) -> None:

@@ -1,0 +1,29 @@
+"""ingest.bulk: edges are validated before anything is written."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from magma_torch.ingest import bulk
+from magma_torch.ingest.fast_path import IngestError
+from magma_torch.store import integrity
+from magma_torch.store.store import MemoryStore
+from magma_torch.store.tables import EventRow
+
+
+def test_a_repeated_causal_edge_is_refused_and_nothing_of_the_batch_is_written():
+    """The causal graph holds each (cause, effect) once: a repeat within a call, or of an edge
+    already stored, is refused naming it, and the batch's other edges are not written."""
+    # before: both were accepted, and integrity.check then reported 'causal edge 0 -> 1 appears 2 times'
+    store = MemoryStore(dim=4)
+    emb = torch.nn.functional.normalize(torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    bulk.add_events(store, [EventRow(text=f"turn {i}", timestamp=1000.0 + i, stream="s") for i in range(3)], emb)
+    with pytest.raises(IngestError, match=r"causal edge 2 \(0 -> 1\) repeats an earlier edge of this call"):
+        bulk.add_links(store, causal=(torch.tensor([0, 1, 0]), torch.tensor([1, 2, 1])))
+    assert store.graph.num_edges("causal") == 0
+    bulk.add_links(store, causal=(torch.tensor([1]), torch.tensor([2])))
+    with pytest.raises(IngestError, match=r"causal edge 1 \(1 -> 2\) is already stored"):
+        bulk.add_links(store, causal=(torch.tensor([0, 1]), torch.tensor([1, 2])))
+    src, dst, _ = store.graph.edges("causal")
+    assert list(zip(src.tolist(), dst.tolist(), strict=True)) == [(1, 2)]
+    assert integrity.problems(store) == []
