@@ -199,6 +199,8 @@ def test_magma_bench_prints_json_then_a_summary_and_takes_the_extra_query_counts
     (["--config", "/nonexistent/bench.yaml"], "--config:"),
     (["--json", "{tmp}"], "is a folder"),
     (["--json", "/proc/no/such/x.json"], "cannot make its folder"),
+    # before: a FileExistsError traceback from sweep's mkdir
+    (["--sweep", "--out-dir", "/dev/null"], "--out-dir /dev/null: cannot make the folder: File exists"),
 ])
 def test_a_bad_setting_fails_in_one_line_before_the_memory_is_built(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(Bench, "build", lambda *a, **k: pytest.fail("built a memory before checking the settings"))
@@ -212,6 +214,13 @@ def test_a_bad_setting_fails_in_one_line_before_the_memory_is_built(argv, messag
     ({"run": {"events": 0}}, "--config: run.events must be at least 1, got 0"),   # before: a traceback in synthesize
     ({"run": {"batch": "ten"}}, "--config: run.batch must be at least 1, got 'ten'"),
     ({"sweep": {"events": [1000, 0]}}, "--config: sweep.events must be at least 1 each, got [1000, 0]"),
+    # before: a ConfigError traceback from MemoryStore, after the synthesis
+    ({"run": {"vector_backend": "bogus"}},
+     "--config: run.vector_backend: must be one of auto, faiss, torch, got 'bogus'"),
+    # before: "range() arg 3 must not be zero" in ingest
+    ({"run": {"ingest_batch": 0}}, "--config: run.ingest_batch must be at least 1, got 0"),
+    # before: a shape mismatch in the intent head, after the whole ingest
+    ({"graph": {"dim": 768}}, "--config: graph.dim must be the intent head's width 384, got 768"),
     # before: a ValueError once the memory was built, at the first query
     ({"retrieval": {"signal_weights": {"keyword": 1.0, "speaker": 0.5}}},
      "retrieval.signal_weights.keyword, retrieval.signal_weights.speaker above 0, but the synthetic questions"),

@@ -20,6 +20,8 @@ import yaml
 from omegaconf.errors import OmegaConfBaseException
 
 from magma_torch.bench.measure import Bench, load_config
+from magma_torch.config.schema import MemoryConfig, problems
+from magma_torch.query.intent import IntentClassifier
 
 TABLE_COLUMNS = (("events", "events", "{:,}"), ("edges", "edges", "{:,}"),
                  ("ingest_events_per_s", "ingest events/s", "{:,.0f}"),
@@ -152,14 +154,23 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--config: {err}")
     # Every setting is checked before the memory is built: a bad one fails in one line, not after the run.
     # A flag's value, else the config file's (run.<flag>), which the flag would have overridden.
+    # run.ingest_batch and run.warmup_batches have no flag.
     for flag, minimum in (("vector_backend", None), ("single_queries", 1), ("reference_queries", 0), ("events", 1),
-                          ("queries", 1), ("batch", 1), ("threads", 1)):
-        given = getattr(args, flag)
+                          ("queries", 1), ("batch", 1), ("threads", 1), ("ingest_batch", 1), ("warmup_batches", 0)):
+        given = getattr(args, flag, None)
         value = cfg.run[flag] if given is None else given
         if minimum is not None and value is not None and not (type(value) is int and value >= minimum):
             named = f"--{flag.replace('_', '-')}" if given is not None else f"--config: run.{flag}"
             ap.error(f"{named} must be at least {minimum}, got {value!r}")
         cfg.run[flag] = value
+    # The flag's choices are argparse's; the config file's value is checked by the store's schema.
+    problem = next(problems(MemoryConfig, {"vector_backend": cfg.run.vector_backend}, "run"), None)
+    if problem:
+        ap.error(f"--config: {problem}")
+    # The timed path runs the bundled intent head on the synthetic questions: it reads one width only.
+    head_dim = IntentClassifier.load().meta["dim"]
+    if cfg.graph.dim != head_dim:
+        ap.error(f"--config: graph.dim must be the intent head's width {head_dim}, got {cfg.graph.dim!r}")
     sizes = args.sweep_events or list(cfg.sweep.events)
     if args.sweep and not all(type(n) is int and n >= 1 for n in sizes):
         named = "--sweep-events" if args.sweep_events else "--config: sweep.events"
@@ -167,12 +178,14 @@ def main(argv: list[str] | None = None) -> None:
     _check_device(ap, args.device)
     if args.json:
         _check_writable(ap, Path(args.json))
+    out_dir = Path(args.out_dir or cfg.sweep.out_dir)
+    if args.sweep:
+        _check_folder(ap, f"--out-dir {out_dir}" if args.out_dir else f"--config: sweep.out_dir {out_dir}", out_dir)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     progress = not args.no_progress
     if args.sweep:
-        out = sweep(cfg, cfg.run.queries, cfg.run.batch, args.device, Path(args.out_dir or cfg.sweep.out_dir), sizes,
-                    progress)
+        out = sweep(cfg, cfg.run.queries, cfg.run.batch, args.device, out_dir, sizes, progress)
     else:
         bench = Bench.build(cfg, cfg.run.events, cfg.run.queries, args.device, progress)
         out = bench.measure(cfg.run.batch, progress=progress)
@@ -196,10 +209,15 @@ def _check_writable(ap: argparse.ArgumentParser, path: Path) -> None:
     """``path`` can be written once the run is done: not a folder, in a folder that exists or can be made."""
     if path.is_dir():
         ap.error(f"--json {path}: is a folder")
+    _check_folder(ap, f"--json {path}", path.parent, "its folder")
+
+
+def _check_folder(ap: argparse.ArgumentParser, named: str, folder: Path, what: str = "the folder") -> None:
+    """``folder`` exists or is made now; ``named``: the flag or setting and its value, for the error."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        ap.error(f"--json {path}: cannot make its folder: {err.strerror}")
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:   # a file of that name too: "File exists"
+        ap.error(f"{named}: cannot make {what}: {err.strerror}")
 
 
 if __name__ == "__main__":
