@@ -108,6 +108,18 @@ def test_save_over_a_folder_that_is_not_a_save_is_a_magma_error_and_a_file_exist
     assert [p.name for p in tmp_path.iterdir()] == ["mine"] and (mine / "notes.txt").read_text() == "keep me"
 
 
+def test_save_below_a_file_is_a_magma_error_naming_the_file(emb, tmp_path):
+    # before: path.parent.mkdir's raw FileExistsError (the parent a file) or NotADirectoryError (one further up)
+    (tmp_path / "afile").write_text("keep me")
+    with MagmaMemory(consolidation="none", embedder=emb, device="cpu") as mem:
+        for target in (tmp_path / "afile" / "save", tmp_path / "afile" / "sub" / "save"):
+            with pytest.raises(FileExistsError, match=f"^{re.escape(str(target))}: {re.escape(str(tmp_path))}/afile "
+                                                      "is a file, not a folder; cannot save below it$") as err:
+                mem.save(target)
+            refused(err.value, "SaveWouldOverwriteError", FileExistsError)
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"] and (tmp_path / "afile").read_text() == "keep me"
+
+
 def test_a_live_read_of_a_folder_without_a_checkpoint_is_a_magma_error_and_a_file_not_found_error(tmp_path):
     from magma_torch.store import live_read
 

@@ -63,8 +63,8 @@ class SaveNotFoundError(MagmaError, FileNotFoundError):
 
 
 class SaveWouldOverwriteError(MagmaError, FileExistsError):
-    """A save to a path that holds something other than a save folder, which a save would replace;
-    names the path."""
+    """A save to a path that holds something other than a save folder, which a save would replace,
+    or that lies below a file; names the path (and the file in the way)."""
 
 
 class StoreMismatchError(MagmaError, ValueError):
@@ -165,7 +165,16 @@ def write_save(path: str | os.PathLike, files: dict[str, bytes]) -> None:
         raise
 
 
+def file_above(path: Path) -> Path | None:
+    """The first of ``path``'s parents, from the root down, that is a file and not a folder
+    (None: none is), so that a refusal names the file in the way rather than ``path``."""
+    return next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
+
+
 def _check_replaceable(path: Path) -> None:
+    # before mkdir: below a file it raises a raw FileExistsError or NotADirectoryError
+    if (file := file_above(path)) is not None:
+        raise SaveWouldOverwriteError(f"{path}: {file} is a file, not a folder; cannot save below it")
     if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / MANIFEST).is_file())):
         raise SaveWouldOverwriteError(f"{path}: exists and is not a save folder (no {MANIFEST}); "
                                       "refusing to replace it")
