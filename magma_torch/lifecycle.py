@@ -198,10 +198,12 @@ def backfill_rows(mem, batch: fast_path.PreparedBatch) -> list[int]:
     for r, j in sorted(zip(rows, batch.rows, strict=True)):
         firsts.setdefault(j.stream, r)
     again = _asked_again(mem, c, firsts)
-    _apply(mem, c, tokens, set(), {r.stream for r in batch.rows}, again)
+    nxt = c.saved.tensors["events.next"].tolist()
+    redrawn = _redrawn(mem, c, [nxt[r] for r in rows])
+    _apply(mem, c, tokens, set(), {r.stream for r in batch.rows}, again, redrawn)
     for r in sorted([*rows, *later]):   # each by itself: the rows need not be consecutive
         fast_path.link_semantic(store, [r], store.events.embeddings.data[r][None], mem.fast_cfg)
-    mem.worker.renumber(c.new_row, requeue=sorted({*rows, *again}))
+    mem.worker.renumber(c.new_row, requeue=sorted({*rows, *again, *redrawn}))
     return rows
 
 
@@ -230,16 +232,24 @@ def _rebuild(mem, drop: list[int], streams: set[str], detach: Iterable[int] = ()
         if r.stream in changed and i >= changed[r.stream] and c.new_row[i] >= 0:
             firsts.setdefault(r.stream, c.new_row[i])
     again = _asked_again(mem, c, firsts)
-    return _apply(mem, c, tokens, set(drop) | set(replaced or ()), streams, again), again
+    old_next, after = t["events.next"].tolist(), []   # the first remaining event after each changed one
+    for i in {*drop, *(replaced or ())}:
+        j = old_next[i]
+        while j >= 0 and c.new_row[j] < 0:
+            j = old_next[j]
+        after += [c.new_row[j]] if j >= 0 else []
+    redrawn = _redrawn(mem, c, after)
+    return _apply(mem, c, tokens, set(drop) | set(replaced or ()), streams, again, redrawn), sorted({*again, *redrawn})
 
 
 def _apply(mem, c: compact.Compacted, tokens: list[list[str]], gone: set[int], streams: set[str],
-           again: list[int] = ()) -> compact.Compacted:
+           again: list[int] = (), redrawn: list[int] = ()) -> compact.Compacted:
     """Tell the consolidator what changed, derive the supersessions and entity mentions of ``streams``
-    again, drop what the consolidation of rows ``again`` wrote (they are queued again) and swap the
-    rebuilt store in; returns the capture adopted."""
+    again, drop what the consolidation of rows ``again`` wrote and the causal links into rows ``redrawn``
+    (both are queued again) and swap the rebuilt store in; returns the capture adopted."""
     _tell_consolidator(mem, c, gone, streams if gone else set())   # a backfill removes no text
     c = compact.cleared(_mentions_restated(mem, _restated(mem, c, streams), streams), again)
+    c = compact.uncaused(c, redrawn)
     _adopt(mem, c, tokens)
     return c
 
@@ -258,6 +268,25 @@ def _asked_again(mem, c: compact.Compacted, firsts: dict[str, int]) -> list[int]
     if mem.consolidator is None or getattr(mem.consolidator, "restate_facts", None) is not None:
         return []
     return [j for j, r in enumerate(c.saved.events) if r.stream in firsts and j >= firsts[r.stream]]
+
+
+def _redrawn(mem, c: compact.Compacted, starts: Iterable[int]) -> list[int]:
+    """With a consolidator that restates its facts and mentions itself (the heuristic), the rows (``c``'s
+    numbering) whose window of preceding events, which their causal links are drawn from, a lifecycle
+    operation changed: from each of ``starts`` (the first event after a changed one) on, ``window`` events
+    along its stream. They are consolidated again for their causal links alone (restated already, they
+    propose no mention or fact twice), so that these are an in-order ingest's: before, a link to an
+    updated event went for good, and one to a backfilled event never came."""
+    if mem.consolidator is None or getattr(mem.consolidator, "restate_facts", None) is None:
+        return []
+    nxt, out = c.saved.tensors["events.next"].tolist(), set()
+    for row in starts:
+        for _ in range(mem.worker.shown.window):
+            if row < 0:
+                break
+            out.add(row)
+            row = nxt[row]
+    return sorted(out)
 
 
 def _captured(mem) -> tuple[persistence.SavedStore, list[list[str]]]:

@@ -103,7 +103,8 @@ def test_a_backfilled_event_takes_its_place(emb):
         assert chains(mem) == chains(ordered)
         assert episode_partition(mem) == episode_partition(ordered)
         assert [e.source_id for e in mem.events()] == [e.source_id for e in ordered.events()]
-        assert [mem.event(i).status for i in got] == ["pending"] * 3 and mem.stats()["queue"] == 3
+        # queued: the three, and the 6 events after each (consolidation.window), whose causal links are drawn again
+        assert [mem.event(i).status for i in got] == ["pending"] * 3 and mem.stats()["queue"] == 3 + 3 * 6
         rows = [mem.store.events.row_of[i] for i in got]
         src, dst, _ = mem.store.graph.edges("semantic")
         for r in rows:

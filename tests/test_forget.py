@@ -411,3 +411,60 @@ def test_after_a_lifecycle_operation_the_phrase_entities_are_those_of_an_in_orde
         back.consolidate()
         assert mentions(back) == want
         back.check()
+
+
+# ---- the heuristic's causal links after forget, update and backfill ----
+
+CAUSAL_TURNS = [("Ann", "My landlord raised the rent again this spring.", "2023-05-01 09:00"),
+                ("Ann", "The bakery where I worked closed down last month.", "2023-05-01 10:00"),
+                ("Ann", "That's why I started studying nursing.", "2023-05-01 10:01"),
+                ("Ann", "So now I work nights at the hospital.", "2023-05-01 10:02")]
+
+
+def causal_links(mem) -> set[tuple[str, str]]:
+    """(cause text, effect text) of every causal edge."""
+    src, dst, _ = mem.store.graph.edges("causal")
+    rows = mem.store.events.rows
+    return {(rows[c].text, rows[e].text) for c, e in zip(src.tolist(), dst.tolist(), strict=True)}
+
+
+def causal_in_order(emb, turns) -> set[tuple[str, str]]:
+    with MagmaMemory(config(), "heuristic", embedder=emb, device="cpu") as mem:
+        mem.add_many([{"text": t, "timestamp": ts, "speaker": sp} for sp, t, ts in sorted(turns, key=lambda x: x[2])])
+        mem.consolidate()
+        return causal_links(mem)
+
+
+@pytest.mark.parametrize("op", ["update text", "update time", "forget", "backfill"])
+def test_after_a_lifecycle_operation_the_causal_links_are_those_of_an_in_order_ingest(emb, tmp_path, op):
+    # before: the later events whose window held a changed event kept their links: a link to an updated
+    # event (as cause) went for good, even for a time-only fix, and none came to a backfilled one
+    turns = list(CAUSAL_TURNS)
+    if op == "backfill":
+        late, turns = turns[1], turns[:1] + turns[2:]
+    mem = MagmaMemory(config(), "heuristic", store_dir=tmp_path, durable=True, embedder=emb, device="cpu")
+    ids = mem.add_many([{"text": t, "timestamp": ts, "speaker": sp} for sp, t, ts in turns])
+    mem.consolidate()
+    assert causal_links(mem) == causal_in_order(emb, turns)
+    if op == "update text":
+        mem.update(ids[1], text="The bakery where I worked closed down last month, sadly.")
+        turns[1] = ("Ann", "The bakery where I worked closed down last month, sadly.", turns[1][2])
+    elif op == "update time":
+        mem.update(ids[1], timestamp="2023-05-01 09:58")
+        turns[1] = (*turns[1][:2], "2023-05-01 09:58:00")
+    elif op == "forget":
+        mem.forget(ids=[ids[1]])
+        del turns[1]
+    else:
+        mem.add(late[1], late[2], speaker=late[0], backfill=True)
+        turns.append(late)
+    mem.consolidate()
+    want = causal_in_order(emb, turns)
+    assert ("bakery" in str(want)) == (op != "forget")      # the changed event is a cause in the in-order graph
+    assert causal_links(mem) == want
+    mem.check()
+    abandon(mem)
+    with MagmaMemory(config(), "heuristic", store_dir=tmp_path, durable=True, embedder=emb, device="cpu") as back:
+        back.consolidate()
+        assert causal_links(back) == want
+        back.check()

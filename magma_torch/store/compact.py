@@ -147,6 +147,15 @@ def cleared(c: Compacted, rows: Collection[int]) -> Compacted:
     return replace(mentioned(unlinked, rows, [], [], None), entities=c.entities)
 
 
+def uncaused(c: Compacted, rows: Collection[int]) -> Compacted:
+    """``c`` without the causal edges into ``rows`` (their effect end): links to be drawn again."""
+    if not rows:
+        return c
+    s, d, w = edges_of(c.saved.tensors, "causal")
+    keep = ~torch.isin(d, torch.tensor(sorted(rows), dtype=torch.long))
+    return _with_edges(c, "causal", s[keep], d[keep], w[keep])
+
+
 def _rebuilt(saved: SavedStore, order: Sequence[int], detach: Collection[int]) -> Compacted:
     """The capture's rows ``order`` (in that order: each stream's in stream order), renumbered densely;
     ``detach`` rows lose their derived edges."""
