@@ -1,5 +1,6 @@
 """Selecting samples for one shard, and merging shard run folders back (magma-aggregate)."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -187,6 +188,25 @@ def test_a_damaged_metrics_json_of_a_shard_is_named(tmp_path, cfg, text, said):
     write_shard(b, 1, [row("s1/q0", 1.0)], cfg)
     (b / "metrics.json").write_text(text)
     with pytest.raises(AggregateError, match=rf"shard_1/metrics.json: {said}"):
+        aggregate([a, b], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize("damage, said", [
+    (shutil.rmtree, r"shard_1: no such folder"),                           # a typo in its name, say
+    (lambda b: (b / "config.yaml").unlink(), r"shard_1: no config.yaml \(the shard did not finish\)"),
+    (lambda b: (b / "config.yaml").write_text("dataset: [unclosed\n"), r"shard_1/config.yaml: not YAML \(expected"),
+    (lambda b: (b / "config.yaml").write_text("- 1\n"), r"shard_1/config.yaml: not a run's config"),
+    (lambda b: (b / "metrics.json").write_text("{}"), r"shard_1/metrics.json: no whole number 'n_questions'"),
+], ids=["no folder", "no config.yaml", "config.yaml not YAML", "config.yaml a list", "no n_questions"])
+def test_a_missing_or_unreadable_shard_is_named(tmp_path, cfg, damage, said):
+    # before: a FileNotFoundError for config.yaml (read before the "did not finish" check), a yaml ParserError,
+    # a ListConfig error, or a KeyError 'n_questions': tracebacks, not AggregateErrors magma-aggregate reports
+    a, b = tmp_path / "shard_0", tmp_path / "shard_1"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 1.0)], cfg)
+    damage(b)
+    with pytest.raises(AggregateError, match=said):
         aggregate([a, b], tmp_path / "merged")
     assert not (tmp_path / "merged").exists()
 

@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from magma_torch.errors import MagmaError
@@ -34,8 +35,22 @@ class AggregateError(MagmaError, ValueError):
 
 
 def _shard_config(folder: Path) -> tuple[DictConfig, str | None]:
-    """The folder's config with the PER_SHARD settings blanked, and its dataset.shard."""
-    cfg = OmegaConf.load(folder / "config.yaml")
+    """The config of a finished shard's folder with the PER_SHARD settings blanked, and its
+    dataset.shard; a folder that is missing, unfinished or holds no run's config is an error."""
+    # Checked first, before any shard is read: a typo or an unfinished shard is named, not a FileNotFoundError
+    if not folder.is_dir():
+        raise AggregateError(f"{folder}: no such folder")
+    for name in ("metrics.json", "predictions.jsonl", "samples.jsonl", "config.yaml"):
+        if not (folder / name).is_file():
+            raise AggregateError(f"{folder}: no {name} (the shard did not finish)")
+    try:
+        cfg = OmegaConf.load(folder / "config.yaml")
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise AggregateError(f"{folder / 'config.yaml'}: not YAML ({getattr(err, 'problem', None) or err}"
+                             f"{f', line {mark.line + 1}' if mark else ''})") from None
+    if not isinstance(cfg, DictConfig):
+        raise AggregateError(f"{folder / 'config.yaml'}: not a run's config (a YAML mapping)")
     shard = OmegaConf.select(cfg, "dataset.shard")
     # (folders written before config.yaml was resolved hold out_dir: ${hydra:...}: set, never resolved)
     for key in PER_SHARD:
@@ -81,12 +96,11 @@ def _json_lines(path: Path, key: str) -> list[dict]:
 
 
 def read_shard(folder: Path) -> tuple[dict, list[dict], list[dict]]:
-    """A finished shard's metrics, and the question rows and memory builds it counts; an unfinished
-    one (no metrics.json) is an error."""
-    for name in ("metrics.json", "predictions.jsonl", "samples.jsonl", "config.yaml"):
-        if not (folder / name).is_file():
-            raise AggregateError(f"{folder}: no {name} (the shard did not finish)")
+    """A finished shard's metrics, and the question rows and memory builds it counts (``_shard_config``
+    checked the folder finished)."""
     metrics = _shard_file(read_json_object, folder / "metrics.json")
+    if type(metrics.get("n_questions")) is not int:   # the count the rows are checked against
+        raise AggregateError(f"{folder / 'metrics.json'}: no whole number 'n_questions'")
     rows = counted(metrics, _json_lines(folder / "predictions.jsonl", "question_id"))
     if len(rows) != metrics["n_questions"]:
         raise AggregateError(f"{folder}: predictions.jsonl has {len(rows)} rows of counted samples, metrics.json "
