@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from magma_torch.provenance import code_commit
 from magma_torch.store.graph import RELATIONS
@@ -113,6 +114,40 @@ def test_a_key_the_schema_lacks_a_wrong_type_or_a_value_out_of_range_fails_in_on
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("magma-run: error: ") and named in lines[0], lines
     assert_no_run(out)
+
+
+@pytest.mark.parametrize("override, named", [
+    # before: columns recall_all@-1 (every retrieved turn but the last) and recall_all@0 (always 0), exit 0
+    ("task.recall_k=[-1,0,5]", "task.recall_k must be a list of whole numbers >= 1 ([] for none), got [-1, 0, 5]"),
+    ("task.recall_any_k=[true]", "task.recall_any_k must be a list of whole numbers >= 1 ([] for none), got [True]"),
+    ("task.recall_tokens=[1000.5]", "task.recall_tokens must be a list of whole numbers >= 1 ([] for none), "
+                                    "got [1000.5]"),
+    # before: refused only after every memory was built and every question retrieved
+    ("objective=recall_all@3000tok", "objective=recall_all@3000tok is not a metric of this run"),
+])
+def test_bad_recall_cut_offs_or_objective_fail_in_one_line_before_any_work(tmp_path, override, named):
+    out = tmp_path / "run"
+    proc = subprocess.run(RUN + ["task=retrieval", "dataset=demo", override, f"out_dir={out}", "progress=false"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("magma-run: error: ") and named in lines[0], lines
+    assert_no_run(out)
+
+
+def test_a_run_without_recall_at_k_cut_offs_is_summarised():
+    # before: IndexError in recall_keys (no session column to look for), after the whole run
+    from magma_torch.eval.runner import summarise_run
+
+    task = {"name": "retrieval", "recall_k": [], "recall_any_k": [], "recall_tokens": [1000]}
+    cfg = OmegaConf.create({"task": task, "dataset": {"name": "demo"}, "memory": {"name": "magma"}})
+    rows = [{"question_id": "s0/q0", "category": "temporal", "context_tokens": 10, "retrieval_ms": 1.0,
+             "recall_all@1000tok": 1.0}]
+    build = {"sample_id": "s0", "events": 1, "entities": 0, "fast_path_s": 0.0, "consolidation_s": 0.0,
+             "edges": {}, "llm_calls": 0, "llm_prompt_tokens": 0, "llm_completion_tokens": 0}
+    overall = summarise_run(cfg, rows, [build], None, None, None)["overall"]
+    assert overall["recall_all@1000tok"] == 1.0 and overall["n_recall"] == 1
+    assert [k for k in overall if k.startswith(("recall_", "session_"))] == ["recall_all@1000tok"]
 
 
 def test_help_lists_only_magma_runs_own_groups():

@@ -49,8 +49,9 @@ def consolidates_with_reader(cfg: DictConfig) -> bool:
 def check_run_config(cfg: DictConfig) -> None:
     """What a run's config must hold beyond its schema, checked before any work (ConfigError,
     DatasetError, UnknownPromptError, UnknownDateStyleError): an llm where the task or the
-    consolidation needs one, a known answer prompt and date style, a usable answer chunk, dataset
-    limit and list of sample ids, and no key a ``+key=value`` override added outside the schema."""
+    consolidation needs one, a known answer prompt and date style, a usable answer chunk, recall
+    cut-offs, dataset limit and list of sample ids, and no key a ``+key=value`` override added
+    outside the schema. (The objective is checked by the runner, which knows the metric names.)"""
     qa = cfg.task.name == "qa"
     has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
     for needed, what in ((qa, "task=qa"), (consolidates_with_reader(cfg), "consolidation=llm")):
@@ -61,6 +62,12 @@ def check_run_config(cfg: DictConfig) -> None:
         check_date_style(cfg.task.get("answer_dates"))
     if qa and not (isinstance(cfg.task.get("answer_chunk"), int) and cfg.task.answer_chunk >= 1):
         raise ConfigError(f"task.answer_chunk must be a whole number >= 1, got {cfg.task.get('answer_chunk')!r}")
+    # k and token budgets below 1 would report meaningless columns (recall_all@-1: all but the last turn)
+    for key in ("recall_k", "recall_any_k", "recall_tokens"):
+        cuts = cfg.task.get(key)
+        if not (OmegaConf.is_list(cuts) and all(type(k) is int and k >= 1 for k in cuts)):
+            shown = OmegaConf.to_container(cuts) if OmegaConf.is_list(cuts) else cuts
+            raise ConfigError(f"task.{key} must be a list of whole numbers >= 1 ([] for none), got {shown!r}")
     check_limit(cfg.dataset.get("limit"))   # before the dataset is read
     check_sample_ids(cfg.dataset.get("sample_ids"))
     # Composed against their schema already, but a `+key=value` override adds a key the schema lacks

@@ -81,13 +81,17 @@ def question_row(sample: Sample, q, r, task) -> dict:
     return row
 
 
-def recall_keys(task, rows: list[dict]) -> list[str]:
-    """The recall columns: turn level always, session level when some row has session evidence."""
+def recall_keys(task, rows: list[dict] | None) -> list[str]:
+    """The recall columns: turn level always, session level when some row has session evidence
+    (``rows`` None: when any may, before the run)."""
     keys = ([f"recall_all@{k}" for k in task.recall_k] + [f"recall_any@{k}" for k in task.recall_any_k]
             + [f"recall_all@{b}tok" for b in task.recall_tokens])
     session = ([f"session_recall_all@{k}" for k in task.recall_k]
                + [f"session_recall_any@{k}" for k in task.recall_any_k])
-    return keys + session if any(session[0] in r for r in rows) else keys
+    # (task.recall_k and recall_any_k may both be empty: no session columns then)
+    if rows is None or any(k in r for k in session[:1] for r in rows):
+        return keys + session
+    return keys
 
 
 def summarise(rows: list[dict], task, keys: list[str]) -> dict:
@@ -404,6 +408,8 @@ def run_and_report(cfg: DictConfig) -> float | None:
     _Stop.requested = False
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
+        # the objective's name checked before the run, against the names its overall block can hold
+        objective_value({"overall": summarise([], cfg.task, recall_keys(cfg.task, None))}, cfg.objective)
         metrics = run(cfg, out)
         value = objective_value(metrics, cfg.objective)
     except (Terminated, KeyboardInterrupt) as err:
