@@ -14,10 +14,12 @@ from magma_torch import lifecycle
 from magma_torch.config.build import instantiate
 from magma_torch.config.resolve import (ConfigError, consolidation_config, memory_config, settings, worker_settings,
                                         saved_memory_config as saved_config)
-from magma_torch.config.schema import ConsolidationConfig, MemoryConfig, RetrievalConfig, problems
+from magma_torch.config.schema import (ConsolidationConfig, HeuristicConsolidationConfig, MemoryConfig, RetrievalConfig,
+                                      problems)
 from magma_torch.errors import MagmaError
 from magma_torch.events import StoredEvent, UnknownEventError
 from magma_torch.ingest import fast_path
+from magma_torch.ingest.consolidator import Unasked
 from magma_torch.ingest.episodes import assign_episodes
 from magma_torch.ingest.worker import SlowPathWorker
 from magma_torch.llm.answer_format import check_date_style, format_answer
@@ -88,7 +90,7 @@ class MagmaMemory:
         except BaseException:
             # a bad setting must not leave the folder locked (a retry in this process would be refused
             # while the traceback keeps the half-built memory alive) nor an LLM server running
-            self.close(checkpoint=False)
+            self._close_unopened()
             raise
         if self._folder is not None:
             self._open_store(saved, durable)
@@ -105,11 +107,16 @@ class MagmaMemory:
         try:
             stored = None if saved is None else OmegaConf.to_container(saved_config(saved.state["config"]),
                                                                        resolve=True)
-            self._folder.open(saved, durable, config=OmegaConf.to_container(self.config, resolve=True),
-                              stored_config=stored, restore=self._restore, apply=self._apply,
-                              checkpoint=self.checkpoint)
+            with self.worker.paused():   # the restored queue waits until the store is open ...
+                try:
+                    self._folder.open(saved, durable, config=OmegaConf.to_container(self.config, resolve=True),
+                                      stored_config=stored, restore=self._restore, apply=self._apply,
+                                      checkpoint=self.checkpoint)
+                except BaseException:
+                    self.worker.stop(finish_queue=False)   # ... and is not worked on if it fails to open
+                    raise
         except BaseException:
-            self.close(checkpoint=False)
+            self._close_unopened()
             raise
 
     def _apply(self, rec: dict) -> None:
@@ -342,6 +349,14 @@ class MagmaMemory:
                 self.llm.close()
                 self._owns_llm = False
 
+    def _close_unopened(self) -> None:
+        """Close a memory that failed to build or open: no checkpoint, and the queue its checkpoint restored
+        stays pending, for the caller never gets this memory (before: the worker consolidated all of it
+        first, calling the LLM for each event, and the error waited for that)."""
+        if self.worker is not None:
+            self.worker.stop(finish_queue=False)
+        self.close(checkpoint=False)
+
     def __enter__(self) -> "MagmaMemory":
         return self
 
@@ -441,8 +456,9 @@ class MagmaMemory:
              device: str | None = None, llm: LLM | None = None, read_only: bool = False) -> "MagmaMemory":
         """Rebuild a memory written by ``save``; its pending events are consolidated by the
         worker as usual. With ``read_only`` it is a view to read as ``open_readonly`` gives one:
-        no consolidator or LLM is built (a memory an LLM consolidated opens without one), its
-        pending events stay pending, and the calls that change it raise ``ReadOnlyError``.
+        no LLM is built (a memory an LLM consolidated opens without one; its consolidator's state
+        is kept for a save), its pending events stay pending, and the calls that change it raise
+        ``ReadOnlyError``.
         Raises ``CorruptSaveError`` naming a missing or damaged file, ``SaveNotFoundError`` (a
         FileNotFoundError) when there is no folder at ``path``."""
         saved = persistence.read_save(path)
@@ -460,7 +476,8 @@ class MagmaMemory:
         out, not cut, and a checkpoint a crash cut short is named, not recovered. It is a copy
         in memory as of this call (open it again to see later writes). Events the checkpoint
         holds unconsolidated stay pending: nothing consolidates here and no consolidation LLM is
-        built. ``add``, ``forget``, ``update`` and ``consolidate`` raise ``ReadOnlyError`` (a
+        built (the heuristic is, so that the log's update, forget and backfill records restate
+        what they restated in the writer). ``add``, ``forget``, ``update`` and ``consolidate`` raise ``ReadOnlyError`` (a
         RuntimeError)."""
         path, saved, records = durability.read_live(store_dir, namespace)
         wal_seq = saved.state.get("wal_seq", 0)
@@ -474,13 +491,23 @@ class MagmaMemory:
         worked on) that refuses every change; ``then(mem)`` runs on it before it is marked read-only."""
         config = saved_config(saved.state["config"])
         config.slow_path.background = False
-        mem = cls(config, "none", namespace=namespace, device=device, embedder=embedder)
+        # The heuristic is built, so that replayed lifecycle records restate as in the writer; one that needs
+        # an LLM is not: a stand-in keeps its state. Before, neither was, and a view replaying an update or
+        # forget differed from the writer (supersessions, causal links, queue); its save lost the consolidation.
+        consolidation = saved.state["consolidation"]
+        heuristic = consolidation.get("_target_", HeuristicConsolidationConfig._target_) == \
+            HeuristicConsolidationConfig._target_
+        mem = cls(config, consolidation if heuristic else "none", namespace=namespace, device=device,
+                  embedder=embedder)
+        if consolidation and not heuristic:
+            mem.consolidation_config = consolidation_config(consolidation)
+            mem.consolidator = mem.worker.consolidator = Unasked()
         try:
             mem._restore(saved, verify=verify)
             if then is not None:
                 then(mem)
         except BaseException:
-            mem.close(checkpoint=False)
+            mem._close_unopened()
             raise
         mem._read_only_view_of = path
         return mem
@@ -500,7 +527,7 @@ class MagmaMemory:
             if mem.path is not None:
                 mem.checkpoint()
         except BaseException:
-            mem.close(checkpoint=False)
+            mem._close_unopened()
             raise
         return mem
 

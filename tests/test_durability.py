@@ -144,6 +144,41 @@ def test_torn_tail_is_dropped_and_damage_before_good_records_is_named(embedder, 
     assert persistence.read_save(tmp_path / "default" / CHECKPOINT).state["counts"]["events"] == 0
 
 
+def test_a_store_that_fails_to_open_leaves_its_restored_queue_unconsolidated(embedder, tmp_path):
+    # before: the background worker consolidated the queue the checkpoint restored (an LLM call per pending
+    # event) while the log replayed, and after the replay failed, before the error came
+    from scripted_llm import ScriptedLLM
+
+    with MagmaMemory(config(), "llm", llm=ScriptedLLM(), store_dir=tmp_path, durable=True, embedder=embedder) as mem:
+        mem.add_many(records()[:10])                   # checkpointed at close: 10 events pending
+    (tmp_path / "default" / WAL).write_bytes(wal._frame({"seq": 99, "op": "add", "first": 12345}))
+    before, llm = files_of(tmp_path), ScriptedLLM()
+    with pytest.raises(CorruptSaveError, match=r"record 99 \('add' at event 12345\) does not follow"):
+        MagmaMemory(config(background=True), "llm", llm=llm, store_dir=tmp_path, durable=True, embedder=embedder)
+    assert llm.calls == [] and files_of(tmp_path) == before
+
+
+def test_a_view_of_an_llm_consolidated_store_replays_an_update_as_the_writer_did_and_saves_its_consolidation(
+        embedder, tmp_path):
+    # before: the view had no consolidator, so a logged update left the later events of its stream consolidated
+    # (the writer had queued them again for the LLM), and a save of the view recorded no consolidation at all
+    from scripted_llm import ScriptedLLM
+
+    writer = MagmaMemory(config(), "llm", llm=ScriptedLLM(), store_dir=tmp_path / "store", durable=True,
+                         embedder=embedder)
+    ids = writer.add_many(records()[:12])
+    writer.consolidate()                                   # checkpointed: every event consolidated
+    writer.update(ids[3], text="Caroline went to the support group on Tuesday, revised.")   # logged
+    view = MagmaMemory.open_readonly(tmp_path / "store", embedder=embedder)
+    assert state(view) == state(writer) and view.stats()["queue"] > 1
+    view.save(tmp_path / "copy")
+    copy = MagmaMemory.load(tmp_path / "copy", embedder=embedder, llm=ScriptedLLM())
+    assert type(copy.consolidator) is type(writer.consolidator)
+    assert copy.consolidator.state_dict() == writer.consolidator.state_dict()
+    for mem in (copy, view, writer):
+        mem.close()
+
+
 def crashed_with_checkpoint_and_log(embedder, tmp_path) -> Path:
     """A durable store killed with one event in its checkpoint and one only in its log; its folder."""
     mem = MagmaMemory(config(), store_dir=tmp_path, durable=True, embedder=embedder)
@@ -177,7 +212,9 @@ def test_open_readonly_reads_checkpoint_and_log_without_the_lock_and_writes_noth
     before = files_of(folder)
     view = MagmaMemory.open_readonly(tmp_path, embedder=embedder)
     assert state(view) == state(writer)        # the writer's very store: log replayed, queue and statuses kept
-    assert view.worker.pending() == 21         # the 20 logged adds and the updated event stay pending
+    # the 20 logged adds, the updated event and the 6 after it (consolidation.window: their causal links are drawn
+    # again) stay pending
+    assert view.worker.pending() == 27
     question = "When did Caroline go to the support group?"
     assert view.retrieve(question).context == writer.retrieve(question).context
     changes = (lambda: view.add("x", "2024-01-01"), lambda: view.add_many([]), view.consolidate,
@@ -185,7 +222,7 @@ def test_open_readonly_reads_checkpoint_and_log_without_the_lock_and_writes_noth
     for change in changes:
         with pytest.raises((RuntimeError, ValueError), match="opened read-only|needs a memory opened with store_dir"):
             change()
-    assert view.worker.pending() == 21 and len(view.store) == 59
+    assert view.worker.pending() == 27 and len(view.store) == 59
     view.close()
     assert files_of(folder) == before          # the torn tail, the lock, the checkpoint: as they were
     with pytest.raises(RuntimeError, match="open elsewhere"):  # the writer still holds its lock

@@ -65,3 +65,22 @@ class Consolidator(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+class Unasked:
+    """A read-only view's stand-in for a consolidator it does not build (one that needs an LLM): it
+    holds the saved state for a save of the view, is never asked (the view consolidates nothing), and
+    restates nothing, so a lifecycle record replayed onto the view queues the later events of the
+    changed stream again, as the consolidator it stands for did in the writer."""
+
+    def __init__(self):
+        self._state = None
+
+    def load_state_dict(self, state) -> None:
+        self._state = state
+
+    def state_dict(self):
+        return self._state
+
+    def propose(self, batch: Sequence[EventView], context) -> list[Proposal]:
+        raise RuntimeError("a read-only view consolidates nothing")   # consolidate() refuses first

@@ -158,13 +158,18 @@ class SlowPathWorker:
     def close(self, finish_queue: bool = True) -> None:
         """Stop the background thread: after consolidating the queue, or with ``finish_queue``
         False after the batch in flight (queued events stay pending)."""
+        self.stop(finish_queue)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        _RUNNING.discard(self)
+
+    def stop(self, finish_queue: bool = True) -> None:
+        """Tell the background thread to stop, as ``close`` does, without waiting for it: callable
+        while paused, so that no batch starts once the hold ends."""
         with self._cv:
             self._stop = True
             self._abandon = self._abandon or not finish_queue
             self._cv.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        _RUNNING.discard(self)
 
     def _run(self) -> None:
         while True:
