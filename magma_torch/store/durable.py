@@ -185,7 +185,7 @@ class DurableFolder:
         """The refusal of a store_dir where a file stands in the way: store_dir itself, a folder
         above it, or the namespace's folder."""
         store_dir = self.path.parent
-        file = next((p for p in (*reversed(store_dir.parents), store_dir) if p.exists() and not p.is_dir()), None)
+        file = persistence.file_above(self.path)
         if file is None:
             what = f"{self.path} is a file, not the folder of namespace {self.namespace!r}"
         else:
