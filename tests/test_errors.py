@@ -120,6 +120,27 @@ def test_save_below_a_file_is_a_magma_error_naming_the_file(emb, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["afile"] and (tmp_path / "afile").read_text() == "keep me"
 
 
+def test_an_export_to_a_folder_or_below_a_file_and_an_import_of_no_file_are_magma_errors(emb, tmp_path):
+    # before: IsADirectoryError, NotADirectoryError and FileNotFoundError from open
+    (tmp_path / "afile").write_text("keep me")
+    (tmp_path / "folder").mkdir()
+    with MagmaMemory(consolidation="none", embedder=emb, device="cpu") as mem:
+        for target, why in ((tmp_path / "folder", "a folder; an export is one file"),
+                            (tmp_path / "afile" / "x.jsonl", f"{tmp_path}/afile is a file, not a folder; cannot "
+                                                             "export below it")):
+            with pytest.raises(FileExistsError, match=f"^{re.escape(str(target))}: {re.escape(why)}$") as err:
+                mem.export_jsonl(target)
+            refused(err.value, "SaveWouldOverwriteError", FileExistsError)
+        mem.export_jsonl(tmp_path / "new" / "x.jsonl")                       # a missing folder is made
+    for source, why in ((tmp_path / "folder", "a folder, not an export file"),
+                        (tmp_path / "missing.jsonl", "no such export file")):
+        with pytest.raises(FileNotFoundError, match=f"^{re.escape(str(source))}: {why}$") as err:
+            MagmaMemory.import_jsonl(source, embedder=emb)
+        refused(err.value, "SaveNotFoundError", FileNotFoundError)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "folder", "new"]
+    assert (tmp_path / "afile").read_text() == "keep me" and list((tmp_path / "folder").iterdir()) == []
+
+
 def test_a_live_read_of_a_folder_without_a_checkpoint_is_a_magma_error_and_a_file_not_found_error(tmp_path):
     from magma_torch.store import live_read
 

@@ -36,8 +36,9 @@ import torch
 
 from magma_torch.files import replaced_atomically
 from magma_torch.store.graph import RELATIONS
-from magma_torch.store.persistence import (CorruptSaveError, SavedStore, check_counts, event_line,
-                                           float32_from_base64, float32_to_base64)
+from magma_torch.store.persistence import (CorruptSaveError, SavedStore, SaveNotFoundError, SaveWouldOverwriteError,
+                                           check_counts, event_line, file_above, float32_from_base64,
+                                           float32_to_base64)
 from magma_torch.store.tables import EventRow
 
 FORMAT = "magma_torch.jsonl"
@@ -47,7 +48,15 @@ _HEADER_KEYS = ("namespace", "config", "consolidation")   # of the captured stat
 
 def write_jsonl(saved: SavedStore, path: str | os.PathLike) -> None:
     """Write ``saved`` (captured with a ``MagmaMemory`` state) to ``path``; atomic: the file
-    appears complete or not at all."""
+    appears complete or not at all. A folder at ``path``, or a file above it, is refused
+    (``SaveWouldOverwriteError``) before anything is written."""
+    path = Path(path)
+    # before: IsADirectoryError or NotADirectoryError from the temporary file's open
+    if (file := file_above(path)) is not None:
+        raise SaveWouldOverwriteError(f"{path}: {file} is a file, not a folder; cannot export below it")
+    if path.is_dir():
+        raise SaveWouldOverwriteError(f"{path}: a folder; an export is one file")
+    path.parent.mkdir(parents=True, exist_ok=True)
     with replaced_atomically(path) as f:
         n = 0
         for line in _lines(saved):
@@ -94,6 +103,9 @@ _ROW_FIELDS = tuple(EventRow.__dataclass_fields__)
 def read_jsonl(path: str | os.PathLike) -> SavedStore:
     """Parse and check an export; raises ``CorruptSaveError`` naming the file and line."""
     path = Path(path)
+    if not path.is_file():   # before: open's FileNotFoundError or IsADirectoryError
+        what = "a folder, not an export file" if path.is_dir() else "no such export file"
+        raise SaveNotFoundError(f"{path}: {what}")
     reader = _Reader(path)
     with open(path, "rb") as f:
         # Lines split on "\n" only: JSON escapes it, not the other characters str.splitlines() breaks on.
