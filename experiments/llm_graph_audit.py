@@ -35,7 +35,7 @@ from magma_torch.llm.cache import CachedLLM, cost
 from magma_torch.text.embedder import Embedder
 
 NOT_KEPT = "not in the consolidation cache"
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|<words not in the event>")   # the last: what a note withholds
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _REJECTED_LINK = re.compile(r"rejected causal link '(n\d+)'->'(n\d+)': (.*)")
 

@@ -216,7 +216,7 @@ def test_validation_rejects_bad_links_with_reasons():
     # The speaker is no entity node: proposed as one, it is dropped with a note.
     assert [(m.name, m.kind) for m in p.entities] == [("max", "person"), ("the lake house", "place"),
                                                      ("lake", "other")]
-    assert "rejected entity <words not in n0's text>: a speaker" in notes     # Anna: a speaker, not n0's words
+    assert "rejected entity <words not in the event>: a speaker" in notes     # Anna: a speaker, not n0's words
     assert "rejected entity: not in the event's text" in notes                  # Atlantis
 
 
@@ -236,7 +236,7 @@ def test_a_rejection_note_quotes_no_words_but_n0s():
     cons = LLMConsolidator(FakeLLM(lambda refs: script), prompt_version="v3", max_entities_per_event=0)
     (p,) = cons.propose([mine], {1: [other]})
     assert len(p.notes) == 9 and not [n for n in p.notes if re.search("zorblax|qwertina|quexville", n, re.I)]
-    assert "rejected causal link <words not in n0's text>->'n0': <words not in n0's text> is not a node of this " \
+    assert "rejected causal link <words not in the event>->'n0': <words not in the event> is not a node of this " \
            "prompt" in p.notes
     assert "rejected causal link 'n1'->'n0': confidence <list> not in (0, 1]" in p.notes
     assert "rejected causal link 'n1'->'n0': confidence '0.9' not in (0, 1]" in p.notes   # a numeral may be shown

@@ -78,7 +78,8 @@ def test_reason_classes_drop_the_particulars():
         == "entity: a speaker (an event attribute, not an entity)"
     assert audit_module.reason_class("rejected causal link 12->3: below 0.5") == "causal: below N"
     assert audit_module.reason_class("rejected causal link 'n9'->'n0': 'n9' is not a node of this prompt") \
-        == "causal: X is not a node of this prompt"
+        == audit_module.reason_class("rejected causal link <words not in the event>->'n0': <words not in the event> "
+                                     "is not a node of this prompt") == "causal: X is not a node of this prompt"
 
 
 def test_against_puts_the_heuristic_graph_of_the_same_turns_beside_it(folder, tmp_path_factory):

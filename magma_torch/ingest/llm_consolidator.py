@@ -209,7 +209,7 @@ def _cited(value, text: str) -> str:
         return f"<{type(value).__name__}>"
     if _REF.fullmatch(value.strip().lower()) or _NUMERAL.fullmatch(value.strip()) or _quoted(value, text):
         return repr(value[:40])
-    return "<words not in n0's text>"
+    return "<words not in the event>"
 
 
 def _in_words(key: str, text: str) -> bool:
