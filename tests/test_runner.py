@@ -90,6 +90,17 @@ def test_bad_dataset_path_is_one_line_and_nonzero(tmp_path):
     assert not (out / "metrics.json").exists()
 
 
+def refused_before_any_work(tmp_path, override: str, named: str) -> None:
+    """magma-run with ``override`` ends in one line naming ``named``, exit 2, with no run folder."""
+    out = tmp_path / "run"
+    proc = subprocess.run(RUN + ["task=retrieval", "dataset=demo", override, f"out_dir={out}", "progress=false"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("magma-run: error: ") and named in lines[0], lines
+    assert_no_run(out)
+
+
 @pytest.mark.parametrize("override, named", [
     ("+memory.retrieval.intent_weights.WHY.foo=1.0",
      "memory.retrieval.intent_weights.WHY.foo: Key 'foo' not in 'RelationWeights'"),
@@ -107,13 +118,7 @@ def test_a_key_the_schema_lacks_a_wrong_type_or_a_value_out_of_range_fails_in_on
         tmp_path, override, named):
     """Added keys (+key=value) and values out of range compose, but the schema refuses them before the
     dataset is read."""
-    out = tmp_path / "run"
-    proc = subprocess.run(RUN + ["task=retrieval", "dataset=demo", override, f"out_dir={out}", "progress=false"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("magma-run: error: ") and named in lines[0], lines
-    assert_no_run(out)
+    refused_before_any_work(tmp_path, override, named)
 
 
 @pytest.mark.parametrize("override, named", [
@@ -126,13 +131,7 @@ def test_a_key_the_schema_lacks_a_wrong_type_or_a_value_out_of_range_fails_in_on
     ("objective=recall_all@3000tok", "objective=recall_all@3000tok is not a metric of this run"),
 ])
 def test_bad_recall_cut_offs_or_objective_fail_in_one_line_before_any_work(tmp_path, override, named):
-    out = tmp_path / "run"
-    proc = subprocess.run(RUN + ["task=retrieval", "dataset=demo", override, f"out_dir={out}", "progress=false"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("magma-run: error: ") and named in lines[0], lines
-    assert_no_run(out)
+    refused_before_any_work(tmp_path, override, named)
 
 
 def test_a_run_without_recall_at_k_cut_offs_is_summarised():
