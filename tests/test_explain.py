@@ -25,6 +25,7 @@ from magma_torch.explain.printable import printable
 from magma_torch.explain.screenshot import BOTTOM_PX, ScreenshotError, screenshot
 from magma_torch.explain.subgraph import entity_names
 from magma_torch.explain.terminal import format_text
+from magma_torch.ingest.consolidator import Unasked
 from magma_torch.query.intent import INTENTS
 from magma_torch.query.retriever import Anchor, PathEdge, RetrievedNode, Retrieval
 from magma_torch.store.durable import WAL, ReadOnlyError
@@ -247,7 +248,9 @@ def test_a_memory_an_llm_consolidated_is_explained_without_an_llm_or_consolidati
     assert done.stdout.startswith(f"{tmp_path / 'mem'}: 3 events, 1 not consolidated yet")
     assert "I moved to Paris" in done.stdout
     with MagmaMemory.load(tmp_path / "mem", read_only=True) as view:
-        assert view.consolidator is None and len(view.store) == 3 and view.worker.pending() == 1
+        # no LLM: a stand-in that keeps the consolidator's state and is never asked
+        assert view.llm is None and isinstance(view.consolidator, Unasked)
+        assert len(view.store) == 3 and view.worker.pending() == 1
         with pytest.raises(ReadOnlyError, match="read-only"):
             view.add("I moved again.", "2023-06-01 10:00", speaker="Ann")
 
