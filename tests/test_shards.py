@@ -1,5 +1,6 @@
 """Selecting samples for one shard, and merging shard run folders back (magma-aggregate)."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from magma_torch.eval.aggregate import AggregateError, aggregate
+from magma_torch.eval.aggregate import main as aggregate_main
 from magma_torch.eval.compare import paired_difference
 from magma_torch.eval.datasets import DatasetError, load_demo, load_longmemeval, select_samples, selection_size
 from magma_torch.eval.runner import summarise_run
@@ -209,6 +211,22 @@ def test_a_missing_or_unreadable_shard_is_named(tmp_path, cfg, damage, said):
     with pytest.raises(AggregateError, match=said):
         aggregate([a, b], tmp_path / "merged")
     assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize("out, said", [
+    ("taken", r"--out .*/taken: is a file, not a folder$"),
+    ("taken/merged", r"--out .*/taken/merged: .*/taken is a file, not a folder; cannot make a folder below it$"),
+], ids=["a file", "below a file"])
+def test_an_out_that_cannot_be_a_folder_is_refused_before_any_shard_is_read(tmp_path, capsys, out, said):
+    # before: the shards were read first (here: 'shard_0: no such folder'); with finished shards, out.mkdir's raw
+    # FileExistsError or NotADirectoryError escaped main after every shard was read
+    (tmp_path / "taken").write_text("a file where the merged folder should go")
+    with pytest.raises(SystemExit) as stop:     # the shard is not there: --out is refused first
+        aggregate_main(["--out", str(tmp_path / out), str(tmp_path / "shard_0")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1
+    assert re.match(rf"magma-aggregate: error: {said}", err.strip())
+    assert (tmp_path / "taken").read_text() == "a file where the merged folder should go"
 
 
 def test_compare_and_merge_count_what_metrics_json_counts_after_a_resume_with_a_smaller_limit(tmp_path, cfg):

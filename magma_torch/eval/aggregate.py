@@ -25,6 +25,7 @@ from magma_torch.eval.plots import plot_categories
 from magma_torch.eval.run_folder import counted, without_text
 from magma_torch.eval.runner import llm_costs, summarise_run
 from magma_torch.files import DamagedFileError, read_complete_lines, read_json_object, write_atomic
+from magma_torch.store.persistence import file_above
 
 # settings that may differ between the shards of one experiment
 PER_SHARD = ("out_dir", "dataset.shard", "dataset.sample_ids")
@@ -32,6 +33,15 @@ PER_SHARD = ("out_dir", "dataset.shard", "dataset.sample_ids")
 
 class AggregateError(MagmaError, ValueError):
     """Shard folders that cannot be merged; the message names the folder."""
+
+
+def _check_out(out: Path) -> None:
+    """``out`` can be the merged run folder: not a file, nor below one (checked before any shard is read;
+    made only once every shard is read)."""
+    if out.exists() and not out.is_dir():
+        raise AggregateError(f"--out {out}: is a file, not a folder")
+    if (file := file_above(out)) is not None:
+        raise AggregateError(f"--out {out}: {file} is a file, not a folder; cannot make a folder below it")
 
 
 def _shard_config(folder: Path) -> tuple[DictConfig, str | None]:
@@ -112,6 +122,7 @@ def aggregate(shards: list[Path], out: Path) -> dict:
     """Merge ``shards`` into ``out``; returns the merged metrics."""
     if not shards:
         raise AggregateError("no shard folders given")
+    _check_out(out)
     configs = [_shard_config(folder) for folder in shards]
     first_cfg = configs[0][0]
     for folder, (cfg, _) in zip(shards, configs, strict=True):
