@@ -229,6 +229,24 @@ def test_an_out_that_cannot_be_a_folder_is_refused_before_any_shard_is_read(tmp_
     assert (tmp_path / "taken").read_text() == "a file where the merged folder should go"
 
 
+@pytest.mark.parametrize("blocks, said", [
+    ({"answering": {"llm": "reader"}}, r"'answering' but no 'judging' \(a task=qa run writes both\)"),
+    ({"judging": {"llm": "judge"}}, r"'judging' but no 'answering'"),
+    ({"answering": {"llm": "reader"}, "judging": None}, r"'judging' is not a JSON object"),
+], ids=["no judging", "no answering", "judging null"])
+def test_a_shard_with_one_llm_block_is_named(tmp_path, cfg, blocks, said):
+    # before: KeyError 'judging' (or AttributeError on None) after every shard was read; with no 'answering', the
+    # merge dropped the judging block without a word
+    a, b = tmp_path / "shard_0", tmp_path / "shard_1"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 1.0)], cfg)
+    metrics = json.loads((a / "metrics.json").read_text())
+    (a / "metrics.json").write_text(json.dumps({**metrics, **blocks}))
+    with pytest.raises(AggregateError, match=rf"shard_0/metrics.json: {said}"):
+        aggregate([a, b], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
 def test_compare_and_merge_count_what_metrics_json_counts_after_a_resume_with_a_smaller_limit(tmp_path, cfg):
     a, b, fresh = tmp_path / "shard_0", tmp_path / "shard_1", tmp_path / "fresh"
     write_shard(a, 0, [row("s0/q0", 1.0)], cfg)

@@ -29,6 +29,8 @@ from magma_torch.store.persistence import file_above
 
 # settings that may differ between the shards of one experiment
 PER_SHARD = ("out_dir", "dataset.shard", "dataset.sample_ids")
+# a task=qa run's metrics.json holds both (the merge takes their llm names from the first shard's)
+LLM_BLOCKS = ("answering", "judging")
 
 
 class AggregateError(MagmaError, ValueError):
@@ -111,6 +113,12 @@ def read_shard(folder: Path) -> tuple[dict, list[dict], list[dict]]:
     metrics = _shard_file(read_json_object, folder / "metrics.json")
     if type(metrics.get("n_questions")) is not int:   # the count the rows are checked against
         raise AggregateError(f"{folder / 'metrics.json'}: no whole number 'n_questions'")
+    blocks = [k for k in LLM_BLOCKS if k in metrics]
+    if blocks and blocks != list(LLM_BLOCKS):
+        raise AggregateError(f"{folder / 'metrics.json'}: {blocks[0]!r} but no "
+                             f"{next(k for k in LLM_BLOCKS if k not in blocks)!r} (a task=qa run writes both)")
+    if (wrong := next((k for k in blocks if not isinstance(metrics[k], dict)), None)) is not None:
+        raise AggregateError(f"{folder / 'metrics.json'}: {wrong!r} is not a JSON object")
     rows = counted(metrics, _json_lines(folder / "predictions.jsonl", "question_id"))
     if len(rows) != metrics["n_questions"]:
         raise AggregateError(f"{folder}: predictions.jsonl has {len(rows)} rows of counted samples, metrics.json "
