@@ -6,6 +6,7 @@ import torch
 
 from magma_torch.ingest import bulk
 from magma_torch.ingest.fast_path import IngestError
+from magma_torch.query.beam import entity_specificity
 from magma_torch.store import integrity
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
@@ -26,4 +27,28 @@ def test_a_repeated_causal_edge_is_refused_and_nothing_of_the_batch_is_written()
         bulk.add_links(store, causal=(torch.tensor([0, 1]), torch.tensor([1, 2])))
     src, dst, _ = store.graph.edges("causal")
     assert list(zip(src.tolist(), dst.tolist(), strict=True)) == [(1, 2)]
+    assert integrity.problems(store) == []
+
+
+def test_a_repeated_mention_or_semantic_edge_is_refused_and_nothing_of_the_batch_is_written():
+    """A mention repeated within a call or already stored, and a semantic edge repeated within a call,
+    are refused naming them: a repeat counted its event twice in the entity's degree (halving the
+    entity's specificity in the beam) or in the event's semantic neighbours."""
+    # before: all were written; integrity.check saw nothing, and an entity one event mentioned twice
+    # had specificity 0.5, not 1.0
+    store = MemoryStore(dim=4)
+    emb = torch.nn.functional.normalize(torch.randn(4, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    bulk.add_events(store, [EventRow(text=f"turn {i}", timestamp=1000.0 + i, stream="s") for i in range(4)], emb)
+    bulk.add_entities(store, ["alice", "bob"], torch.nn.functional.normalize(torch.ones(2, 4), dim=1))
+    with pytest.raises(IngestError, match=r"entity edge 2 \(0 -> 1\) repeats an earlier edge of this call"):
+        bulk.add_links(store, semantic=(torch.tensor([3]), torch.tensor([1]), torch.tensor([0.9])),
+                       mentions=(torch.tensor([0, 2, 0]), torch.tensor([1, 1, 1])))
+    with pytest.raises(IngestError, match=r"semantic edge 1 \(3 -> 1\) repeats an earlier edge of this call"):
+        bulk.add_links(store, semantic=(torch.tensor([3, 3]), torch.tensor([1, 1]), torch.tensor([0.9, 0.8])))
+    assert store.graph.num_edges("entity") == store.graph.num_edges("semantic") == 0
+    bulk.add_links(store, mentions=(torch.tensor([0]), torch.tensor([1])))
+    with pytest.raises(IngestError, match=r"entity edge 1 \(0 -> 1\) is already stored"):
+        bulk.add_links(store, mentions=(torch.tensor([2, 0]), torch.tensor([1, 1])))
+    assert store.graph.num_edges("entity") == 1
+    assert entity_specificity(store.snapshot().graph, torch.tensor([1]), 4).tolist() == [1.0]
     assert integrity.problems(store) == []

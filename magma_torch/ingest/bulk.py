@@ -13,6 +13,7 @@ written, so use it to build non-durable stores.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -75,7 +76,8 @@ def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = No
     """Add edges between stored nodes: semantic (newer event, older event, cosine),
     causal (cause, effect): two events of one stream, the cause appended before the effect
     (a stream's rows follow its time order, so the cause precedes the effect in time, and
-    the causal graph stays acyclic without a path search), and mentions (event, entity)."""
+    the causal graph stays acyclic without a path search), and mentions (event, entity). Each edge
+    once: a repeat within the call, or of a causal link or mention already stored, is refused."""
     n, m = len(store.events), len(store.entities)
     checked = {}
     for rel, edges, hi_dst in (("semantic", semantic, n), ("causal", causal, n), ("entity", mentions, m)):
@@ -93,9 +95,12 @@ def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = No
             _check_edge(rel, src >= dst, src, dst, "must point from an earlier event to a later one")
             _check_edge(rel, _across_streams(store, src, dst), src, dst,
                         "joins two streams (a causal link stays within a stream)")
-            stored, again = _repeated_causal(store, src, dst)
-            _check_edge(rel, stored, src, dst, "is already stored")
-            _check_edge(rel, again, src, dst, "repeats an earlier edge of this call")
+        # (stored semantic edges are not looked up: the graph keeps no lookup of them, and a scan of them all
+        # is not linear in the batch)
+        lookup = {"causal": store.graph.has_causal, "entity": store.graph.has_mention}.get(rel)
+        stored, again = _repeated(src, dst, lookup)
+        _check_edge(rel, stored, src, dst, "is already stored")
+        _check_edge(rel, again, src, dst, "repeats an earlier edge of this call")
         checked[rel] = (src, dst, weight)
     with store.lock:
         for rel, (src, dst, weight) in checked.items():
@@ -122,16 +127,20 @@ def _across_streams(store: MemoryStore, src: torch.Tensor, dst: torch.Tensor) ->
     return stream[where[:src.numel()]] != stream[where[src.numel():]]
 
 
-def _repeated_causal(store: MemoryStore, src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per edge: the graph holds it already; an earlier edge of the batch is the same. The causal
-    graph holds each (cause, effect) once (integrity.check counts repeats as damage)."""
-    seen: set[tuple[int, int]] = set()
-    stored, again = [], []
-    for pair in zip(src.tolist(), dst.tolist(), strict=True):
-        stored.append(store.graph.has_causal(*pair))
-        again.append(pair in seen)
-        seen.add(pair)
-    return torch.tensor(stored, dtype=torch.bool), torch.tensor(again, dtype=torch.bool)
+def _repeated(src: torch.Tensor, dst: torch.Tensor, stored: Callable[[int, int], bool] | None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per edge: the graph holds it already (``stored``, its lookup; None: not asked); an earlier edge of the
+    batch is the same. The graph holds each edge once: integrity.check counts a repeated causal link as
+    damage, a repeated mention counts its event twice in the entity's degree (the beam's specificity), and a
+    repeated semantic edge twice in its event's neighbours (lifecycle's relinking after an update)."""
+    keys = src * (int(dst.max()) + 1) + dst if dst.numel() else src
+    order = torch.argsort(keys, stable=True)      # a repeat sorts after the first of its edge
+    again = torch.zeros_like(src, dtype=torch.bool)
+    again[order[1:]] = keys[order[1:]] == keys[order[:-1]]
+    if stored is None:
+        return torch.zeros_like(again), again
+    return torch.tensor([stored(*pair) for pair in zip(src.tolist(), dst.tolist(), strict=True)],
+                        dtype=torch.bool), again
 
 
 def _check_ids(rel: str, end: str, ids: torch.Tensor, upper: int) -> None:
