@@ -14,8 +14,7 @@ from magma_torch import lifecycle
 from magma_torch.config.build import instantiate
 from magma_torch.config.resolve import (ConfigError, consolidation_config, memory_config, settings, worker_settings,
                                         saved_memory_config as saved_config)
-from magma_torch.config.schema import (ConsolidationConfig, HeuristicConsolidationConfig, MemoryConfig, RetrievalConfig,
-                                      problems)
+from magma_torch.config.schema import ConsolidationConfig, MemoryConfig, RetrievalConfig, problems
 from magma_torch.errors import MagmaError
 from magma_torch.events import StoredEvent, UnknownEventError
 from magma_torch.ingest import fast_path
@@ -476,8 +475,8 @@ class MagmaMemory:
         out, not cut, and a checkpoint a crash cut short is named, not recovered. It is a copy
         in memory as of this call (open it again to see later writes). Events the checkpoint
         holds unconsolidated stay pending: nothing consolidates here and no consolidation LLM is
-        built (the heuristic is, so that the log's update, forget and backfill records restate
-        what they restated in the writer). ``add``, ``forget``, ``update`` and ``consolidate`` raise ``ReadOnlyError`` (a
+        built (a consolidator that needs none is, so that the log's update, forget and backfill
+        records restate what they restated in the writer). ``add``, ``forget``, ``update`` and ``consolidate`` raise ``ReadOnlyError`` (a
         RuntimeError)."""
         path, saved, records = durability.read_live(store_dir, namespace)
         wal_seq = saved.state.get("wal_seq", 0)
@@ -491,15 +490,15 @@ class MagmaMemory:
         worked on) that refuses every change; ``then(mem)`` runs on it before it is marked read-only."""
         config = saved_config(saved.state["config"])
         config.slow_path.background = False
-        # The heuristic is built, so that replayed lifecycle records restate as in the writer; one that needs
-        # an LLM is not: a stand-in keeps its state. Before, neither was, and a view replaying an update or
-        # forget differed from the writer (supersessions, causal links, queue); its save lost the consolidation.
+        # Its consolidator is built, so that replayed lifecycle records restate or requeue as in the writer,
+        # unless it needs an LLM: a stand-in then keeps its state. Before, none was, and a view replaying an
+        # update or forget differed from the writer (supersessions, causal links, queue); its save lost the
+        # consolidation.
         consolidation = saved.state["consolidation"]
-        heuristic = consolidation.get("_target_", HeuristicConsolidationConfig._target_) == \
-            HeuristicConsolidationConfig._target_
-        mem = cls(config, consolidation if heuristic else "none", namespace=namespace, device=device,
+        asks_llm = "llm" in consolidation
+        mem = cls(config, "none" if asks_llm else consolidation, namespace=namespace, device=device,
                   embedder=embedder)
-        if consolidation and not heuristic:
+        if asks_llm:
             mem.consolidation_config = consolidation_config(consolidation)
             mem.consolidator = mem.worker.consolidator = Unasked()
         try:

@@ -20,6 +20,7 @@ from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.ingest.fast_path import IngestError
+from magma_torch.ingest.heuristic import HeuristicConsolidator
 from magma_torch.llm.openai_backend import OpenAIBackend
 from magma_torch.store import live_read, persistence, wal
 from magma_torch.store.durable import CHECKPOINT, LOCK, WAL
@@ -177,6 +178,24 @@ def test_a_view_of_an_llm_consolidated_store_replays_an_update_as_the_writer_did
     assert copy.consolidator.state_dict() == writer.consolidator.state_dict()
     for mem in (copy, view, writer):
         mem.close()
+
+
+class OwnConsolidator(HeuristicConsolidator):
+    """A consolidator of one's own that needs no LLM (the heuristic under another ``_target_``)."""
+
+
+def test_a_view_of_a_store_with_a_consolidator_of_ones_own_replays_an_update_as_the_writer_did(embedder, tmp_path):
+    # before: every consolidation but the heuristic's was taken for an LLM's in a view, so the later events of
+    # the updated stream were cleared and queued again where the writer had restated them
+    own = {"_target_": f"{__name__}.OwnConsolidator"}
+    writer = MagmaMemory(config(), own, store_dir=tmp_path, durable=True, embedder=embedder)
+    ids = writer.add_many(records()[:12])
+    writer.consolidate()
+    writer.update(ids[3], text="Caroline went to the support group on Tuesday, revised.")   # logged
+    with MagmaMemory.open_readonly(tmp_path, embedder=embedder) as view:
+        assert type(view.consolidator) is OwnConsolidator and state(view) == state(writer)
+        assert view.consolidator.state_dict() == writer.consolidator.state_dict()
+    writer.close()
 
 
 def crashed_with_checkpoint_and_log(embedder, tmp_path) -> Path:
