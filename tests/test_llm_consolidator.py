@@ -243,6 +243,17 @@ def test_a_rejection_note_quotes_no_words_but_n0s():
     assert "rejected entity 'flute': over the cap of 0 per event" in p.notes              # n0's own words too
 
 
+def test_a_failed_generations_reason_withholds_the_words_of_the_other_events_shown():
+    # before: stored word for word as n0's status, e.g. a schema error quoting a neighbour's name the model wrote
+    # as a reference, which outlived that neighbour's forget on disk
+    refs = {"n0": ev(1, "I played the flute too."), "n1": EventView(0, "Zorblax played the flute.", "Qwertina",
+                                                                    "elsewhere", T0)}
+    error = "schema violation at causal/0/cause: 'Zorblax' does not match '^n[0-9]+$' (Qwertina's flute)"
+    (p,) = [LLMConsolidator(FakeLLM()).validate(refs["n0"], refs, Generation("", error=error))]
+    assert p.error == ("llm generation failed: schema violation at causal/0/cause: '<withheld>' does not match "
+                       "'^n[0-9]+$' (<withheld>'s flute)")
+
+
 def test_a_causal_link_across_streams_is_dropped_with_a_reason():
     """A neighbourhood reaches other streams through shared entities; a causal link stays within one."""
     other = EventView(0, "The bakery in Leeds closed.", "Ben", "elsewhere", T0)

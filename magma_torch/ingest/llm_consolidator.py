@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 ENTITY_KINDS = ("person", "place", "object", "organization", "activity", "event", "other")
 _REF = re.compile(r"n(\d{1,4})")
+_WORDS = re.compile(r"[^\W\d_]+")   # runs of letters: what a message is compared with the prompt's texts by
 _NUMERAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _MAX_ITEMS_READ = 64        # items of a list in the output that are looked at at all
 _MAX_NOTES = 16             # rejection notes kept per event (then "... and N more")
@@ -212,6 +213,15 @@ def _cited(value, text: str) -> str:
     return "<words not in the event>"
 
 
+def _withheld(message: str, refs: Mapping[str, EventView]) -> str:
+    """``message``, a backend's error for n0's generation, without the words that another event of the prompt
+    holds and n0 does not (``<withheld>``): a schema error quotes what the model wrote, a server's may echo the
+    prompt, and the message is stored as n0's status, which must not keep them past that event's forget."""
+    own = set(_WORDS.findall(_plain(refs["n0"].text)))
+    others = {w for r, v in refs.items() if r != "n0" for w in _WORDS.findall(_plain(f"{v.speaker or ''} {v.text}"))}
+    return _WORDS.sub(lambda m: "<withheld>" if m.group(0).lower() in others - own else m.group(0), message)
+
+
 def _in_words(key: str, text: str) -> bool:
     """``key`` (a ``normalise_name``) is whole words of ``text`` (``_plain``), or their plural
     ("sock" in "socks"): never part of a longer word ("art" in "started")."""
@@ -339,7 +349,7 @@ class LLMConsolidator:
     def validate(self, ev: EventView, refs: Mapping[str, EventView], gen) -> LLMProposal:
         """Turn one generation into a proposal, rejecting (with notes) whatever breaks a rule."""
         if getattr(gen, "error", None):
-            return LLMProposal(ev.id, [], [], error=f"llm generation failed: {gen.error}")
+            return LLMProposal(ev.id, [], [], error=f"llm generation failed: {_withheld(str(gen.error), refs)}")
         data = getattr(gen, "parsed", None)
         if data is None:
             try:
