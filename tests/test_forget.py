@@ -468,3 +468,19 @@ def test_after_a_lifecycle_operation_the_causal_links_are_those_of_an_in_order_i
         back.consolidate()
         assert causal_links(back) == want
         back.check()
+
+
+def test_an_event_consolidated_again_knows_only_the_speakers_before_it(emb):
+    # before: the first turn's causal links were drawn again knowing that Leo speaks later, so "Leo" counted as a
+    # speaker's name, not a shared word, and the link an in-order ingest makes was lost
+    turns = [("Ann", "My brother Leo repaired the old kayak.", "2023-05-01 09:00"),
+             ("Ann", "We took it out on the lake because Leo lent me the kayak.", "2023-05-01 09:01"),
+             ("Leo", "Glad you two enjoyed the lake!", "2023-05-01 09:02")]
+    with MagmaMemory(config(), "heuristic", embedder=emb, device="cpu") as mem:
+        ids = mem.add_many([{"text": t, "timestamp": ts, "speaker": sp} for sp, t, ts in turns])
+        mem.consolidate()
+        mem.update(ids[0], timestamp="2023-05-01 08:59")
+        mem.consolidate()
+        mem.check()
+        turns[0] = (*turns[0][:2], "2023-05-01 08:59:00")
+        assert causal_links(mem) == causal_in_order(emb, turns) == {(turns[0][1], turns[1][1])}

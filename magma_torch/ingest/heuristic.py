@@ -160,11 +160,13 @@ class _Stream:
         # the stream's mentions are restated (an update, forget or backfill in it)
         self.unrecorded: dict[str, int] = {}
         self.pending: dict[str, list[list]] = {}        # below-threshold key -> [[event id, kind, surface]]
+        self.spoke: dict[int, str] = {}                 # event id -> its lowercased speaker
+        self.first_said: dict[str, int] = {}            # lowercased speaker -> the first event id of theirs
 
     def to_json(self) -> dict:
         return {"speakers": self.speakers, "names": self.names, "lower": sorted(self.lower),
                 "records": {str(k): v for k, v in self.records.items()}, "pending": self.pending,
-                "unrecorded": self.unrecorded}
+                "unrecorded": self.unrecorded, "spoke": {str(k): v for k, v in self.spoke.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> _Stream:
@@ -174,15 +176,27 @@ class _Stream:
         s.unrecorded = dict(d.get("unrecorded", {})) if "records" in d else dict(d["counts"])
         s.counts = s.recount()
         s.pending = {k: [list(e) for e in v] for k, v in d["pending"].items()}
+        s.spoke = {int(k): v for k, v in d.get("spoke", {}).items()}
+        s.first_said = s.first_spoken()
         return s
+
+    def first_spoken(self) -> dict[str, int]:
+        """Lowercased speaker -> the first event id they spoke at, from ``spoke``."""
+        first: dict[str, int] = {}
+        for event, speaker in sorted(self.spoke.items()):
+            first.setdefault(speaker, event)
+        return first
 
     def recount(self) -> dict[str, int]:
         """Phrase key -> the recorded events that counted it, and the counts no record explains."""
         return dict(Counter(key for _, phrases in self.records.values() for key, _, _ in phrases)
                     + Counter(self.unrecorded))
 
-    def speaker_words(self) -> set[str]:
-        return {w for s in self.speakers for w in s.split()}
+    def speaker_words(self, through: int | None = None) -> set[str]:
+        """The words of the stream's speakers; with ``through``, of those who spoke at or before that event
+        (a speaker from a state saved before ``spoke`` counts from the start)."""
+        return {w for s in self.speakers if through is None or self.first_said.get(s, -1) <= through
+                for w in s.split()}
 
     def is_speaker(self, key: str, short: bool = True) -> bool:
         """The name of a speaker, one of its words, or (`short`, for names) a short form of
@@ -349,16 +363,18 @@ class HeuristicConsolidator:
         st = self._stream(ev.stream)
         if ev.id in st.records:
             return []             # restated in its place already (``restate_mentions``): counted once
-        st.records[ev.id] = self._observed(st, ev.speaker, doc)
+        st.records[ev.id] = self._observed(st, ev.id, ev.speaker, doc)
         return self._allot(st, ev.id, *st.records[ev.id], props)
 
-    def _observed(self, st: _Stream, speaker: str | None, doc) -> list[list[list[str]]]:
+    def _observed(self, st: _Stream, event: int, speaker: str | None, doc) -> list[list[list[str]]]:
         """What an event (parsed ``doc``) counts: its named mentions (at most the cap) and its distinct
         phrases (neither named nor a speaker), each [key, kind, surface]; the stream learns its
         ``speaker``, names and lower-case words."""
         if speaker and speaker.strip():
             sp = " ".join(speaker.split())
             st.speakers.setdefault(sp.lower(), sp)
+            st.spoke[event] = sp.lower()
+            st.first_said[sp.lower()] = min(st.first_said.get(sp.lower(), event), event)
         for t in doc:
             if t.is_alpha and t.text.islower() and len(t.text) >= 3:
                 st.lower.add(t.text)
@@ -521,7 +537,9 @@ class HeuristicConsolidator:
         if not window:
             return []
         st = self._stream(ev.stream)
-        speakers = st.speaker_words()
+        # the speakers as an in-order ingest knows them at this event, also when it is consolidated again later
+        # (``lifecycle._redrawn``): a later speaker's name is not yet a speaker's here
+        speakers = st.speaker_words(through=ev.id)
         best: dict[int, CausalLink] = {}
 
         def add(cause: EventView, conf: float, cue: str):
@@ -634,6 +652,8 @@ class HeuristicConsolidator:
         for st in self._streams.values():
             st.records = {moved(e): r for e, r in st.records.items() if moved(e) >= 0}
             st.counts = st.recount()
+            st.spoke = {moved(e): s for e, s in st.spoke.items() if moved(e) >= 0}
+            st.first_said = st.first_spoken()
             for key, entries in list(st.pending.items()):
                 st.pending[key] = [[moved(e[0]), *e[1:]] for e in entries if moved(e[0]) >= 0]
         self._room = {moved(e): r for e, r in self._room.items() if moved(e) >= 0}
@@ -663,7 +683,7 @@ class HeuristicConsolidator:
             props: dict[int, Proposal] = {}
             for i, e in events:
                 if i in docs:
-                    st.records[i] = self._observed(st, e.speaker, docs[i])
+                    st.records[i] = self._observed(st, i, e.speaker, docs[i])
                 props[i] = Proposal(i, [], [])
                 props[i].entities = self._allot(st, i, *st.records[i], props)
             out.update((i, p.entities) for i, p in props.items())
