@@ -476,8 +476,8 @@ class MagmaMemory:
         in memory as of this call (open it again to see later writes). Events the checkpoint
         holds unconsolidated stay pending: nothing consolidates here and no consolidation LLM is
         built (a consolidator that needs none is, so that the log's update, forget and backfill
-        records restate what they restated in the writer). ``add``, ``forget``, ``update`` and ``consolidate`` raise ``ReadOnlyError`` (a
-        RuntimeError)."""
+        records restate what they restated in the writer). ``add``, ``forget``, ``update`` and
+        ``consolidate`` raise ``ReadOnlyError`` (a RuntimeError)."""
         path, saved, records = durability.read_live(store_dir, namespace)
         wal_seq = saved.state.get("wal_seq", 0)
         return cls._read_only_view(saved, path, namespace, embedder=embedder, device=device, verify=False,

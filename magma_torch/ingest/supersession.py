@@ -78,7 +78,8 @@ def _require(mapping, keys, where: str = "") -> None:
     first read."""
     missing = [k for k in keys if k not in _shaped(mapping, Mapping, where or "the rules")]
     if missing:
-        raise ConfigError(f"consolidation.supersession: {where + ': ' if where else ''}no {', '.join(map(repr, missing))} "
+        at = f"{where}: " if where else ""
+        raise ConfigError(f"consolidation.supersession: {at}no {', '.join(map(repr, missing))} "
                           "(conf/supersession/default.yaml shows the rules' keys)")
 
 
