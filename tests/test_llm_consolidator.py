@@ -252,6 +252,10 @@ def test_a_failed_generations_reason_withholds_the_words_of_the_other_events_sho
     (p,) = [LLMConsolidator(FakeLLM()).validate(refs["n0"], refs, Generation("", error=error))]
     assert p.error == ("llm generation failed: schema violation at causal/0/cause: '<withheld>' does not match "
                        "'^n[0-9]+$' (<withheld>'s flute)")
+    # the message's own wording stays whole, though a neighbour says "Not in the cache"
+    refs["n1"] = EventView(0, "Not in the cache, said Zorblax.", "Qwertina", "elsewhere", T0)
+    (p,) = [LLMConsolidator(FakeLLM()).validate(refs["n0"], refs, Generation("", error="not in the cache"))]
+    assert p.error == "llm generation failed: not in the cache"
 
 
 def test_a_causal_link_across_streams_is_dropped_with_a_reason():

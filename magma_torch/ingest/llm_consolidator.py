@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 ENTITY_KINDS = ("person", "place", "object", "organization", "activity", "event", "other")
 _REF = re.compile(r"n(\d{1,4})")
 _WORDS = re.compile(r"[^\W\d_]+")   # runs of letters: what a message is compared with the prompt's texts by
+_MESSAGE_PARTS = re.compile(r"'[^']*'|\"[^\"]*\"|[^\W\d_]+")   # a quoted value, or a word outside quotes
 _NUMERAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _MAX_ITEMS_READ = 64        # items of a list in the output that are looked at at all
 _MAX_NOTES = 16             # rejection notes kept per event (then "... and N more")
@@ -214,12 +215,23 @@ def _cited(value, text: str) -> str:
 
 
 def _withheld(message: str, refs: Mapping[str, EventView]) -> str:
-    """``message``, a backend's error for n0's generation, without the words that another event of the prompt
-    holds and n0 does not (``<withheld>``): a schema error quotes what the model wrote, a server's may echo the
-    prompt, and the message is stored as n0's status, which must not keep them past that event's forget."""
+    """``message``, a backend's error for n0's generation, without what another event of the prompt may have
+    put there (``<withheld>``): in a quoted value (a schema error quotes what the model wrote) each word another
+    event holds and n0 does not, and elsewhere (a server may echo the prompt) each capitalised word, a name,
+    another event holds as written and n0 does not. The message is stored as n0's status, which must not keep
+    them past that event's forget; its own wording, lower case, stays whole."""
     own = set(_WORDS.findall(_plain(refs["n0"].text)))
-    others = {w for r, v in refs.items() if r != "n0" for w in _WORDS.findall(_plain(f"{v.speaker or ''} {v.text}"))}
-    return _WORDS.sub(lambda m: "<withheld>" if m.group(0).lower() in others - own else m.group(0), message)
+    shown = " ".join(f"{v.speaker or ''} {v.text}" for r, v in refs.items() if r != "n0")
+    others = set(_WORDS.findall(_plain(shown))) - own
+    names = {w for w in _WORDS.findall(shown) if w[0].isupper() and w.lower() in others}
+
+    def part(m: re.Match) -> str:
+        piece = m.group(0)
+        if piece[0] in "'\"":
+            return _WORDS.sub(lambda w: "<withheld>" if w.group(0).lower() in others else w.group(0), piece)
+        return "<withheld>" if piece in names else piece
+
+    return _MESSAGE_PARTS.sub(part, message)
 
 
 def _in_words(key: str, text: str) -> bool:
