@@ -37,8 +37,8 @@ import torch
 from magma_torch.files import replaced_atomically
 from magma_torch.store.graph import RELATIONS
 from magma_torch.store.persistence import (CorruptSaveError, SavedStore, SaveNotFoundError, SaveWouldOverwriteError,
-                                           check_counts, event_line, file_above, float32_from_base64,
-                                           float32_to_base64)
+                                           check_counts, event_line, float32_from_base64, float32_to_base64,
+                                           refuse_below_file)
 from magma_torch.store.tables import EventRow
 
 FORMAT = "magma_torch.jsonl"
@@ -51,10 +51,8 @@ def write_jsonl(saved: SavedStore, path: str | os.PathLike) -> None:
     appears complete or not at all. A folder at ``path``, or a file above it, is refused
     (``SaveWouldOverwriteError``) before anything is written."""
     path = Path(path)
-    # before: IsADirectoryError or NotADirectoryError from the temporary file's open
-    if (file := file_above(path)) is not None:
-        raise SaveWouldOverwriteError(f"{path}: {file} is a file, not a folder; cannot export below it")
-    if path.is_dir():
+    refuse_below_file(path, "export")
+    if path.is_dir():   # before: IsADirectoryError from the temporary file's rename
         raise SaveWouldOverwriteError(f"{path}: a folder; an export is one file")
     path.parent.mkdir(parents=True, exist_ok=True)
     with replaced_atomically(path) as f:

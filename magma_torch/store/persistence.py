@@ -171,10 +171,15 @@ def file_above(path: Path) -> Path | None:
     return next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
 
 
-def _check_replaceable(path: Path) -> None:
-    # before mkdir: below a file it raises a raw FileExistsError or NotADirectoryError
+def refuse_below_file(path: Path, doing: str) -> None:
+    """SaveWouldOverwriteError naming the file above ``path`` (``file_above``), if there is one: ``doing``
+    (save, export) below it would fail in mkdir or open with a raw FileExistsError or NotADirectoryError."""
     if (file := file_above(path)) is not None:
-        raise SaveWouldOverwriteError(f"{path}: {file} is a file, not a folder; cannot save below it")
+        raise SaveWouldOverwriteError(f"{path}: {file} is a file, not a folder; cannot {doing} below it")
+
+
+def _check_replaceable(path: Path) -> None:
+    refuse_below_file(path, "save")
     if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / MANIFEST).is_file())):
         raise SaveWouldOverwriteError(f"{path}: exists and is not a save folder (no {MANIFEST}); "
                                       "refusing to replace it")
