@@ -6,7 +6,8 @@
 Builds magma-bench's synthetic memory (conf/bench/default.yaml), warms up, then times
 `QueryPath` one question at a time, every way in turn on each question: as configured; with the
 store's copy of the embeddings a float32 [d, N] one (the ``columns`` way), a float16 or a
-bfloat16 one (the ``scan``), or no copy (the [1, N] matrix of the fp32 rows), the same results
+bfloat16 one (the ``scan``), float16 packed for FBGEMM (the scan too, store/packed_half.py; where
+torch has FBGEMM), or no copy (the [1, N] matrix of the fp32 rows), the same results
 by construction (tests/test_similarity.py), which shows what ``scan_dtype: auto`` should pick on
 this CPU (magma_torch/hardware.py; run again with ATEN_CPU_CAPABILITY=avx2 or default for
 torch's other kernels); with every episode weight 0; and with the episode views removed from
@@ -30,6 +31,8 @@ import torch
 from machine import machine  # experiments/machine.py
 
 from magma_torch.bench.measure import Bench, QueryPath, load_config
+from magma_torch.store import packed_half
+from magma_torch.store.tables import scan_copy_name
 from magma_torch.store.csr import IncrementalCSR
 from magma_torch.store.graph import REL_ID
 
@@ -77,6 +80,10 @@ def main() -> None:
     paths = {"as configured": QueryPath(snap, r, bench.device)}
     copies = {"float32 columns": snap.embeddings.T.contiguous(), "scan float16": snap.embeddings.half(),
               "scan bfloat16": snap.embeddings.bfloat16(), "float32 matrix, no copy": None}
+    if packed_half.available():
+        packed = packed_half.PackedHalfRows(snap.embeddings.shape[1])
+        packed.cover(snap.embeddings)
+        copies["scan float16, packed for FBGEMM"] = packed.data
     for name, kept in copies.items():
         paths[name] = QueryPath(dataclasses.replace(snap, scan_embeddings=kept), r, bench.device)
     no_hops = copy.copy(r)
@@ -90,7 +97,7 @@ def main() -> None:
     tensor_programs.kernel = "torch"
     paths["kernel torch"] = QueryPath(snap, tensor_programs, bench.device)
     runs = timed(bench, paths, args.warmup, args.queries, args.batch)
-    out = {"scan_dtype": str(snap.scan_embeddings.dtype), "beam_kernel": r.search_kernel(bench.device),
+    out = {"scan_dtype": scan_copy_name(snap.scan_embeddings), "beam_kernel": r.search_kernel(bench.device),
            "similarity_mode": r.similarity_mode(snap, args.batch), "batch": args.batch,
            "events": args.events, "queries": args.queries,
            "warmup": args.warmup, "runs": runs, **machine()}

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from magma_torch.store import packed_half
+
 # The flags behind a CPU's half-precision speed: conversion only (f16c), native bf16 dot
 # products (avx512_bf16, amx_bf16) or native fp16 arithmetic (avx512_fp16, amx_fp16).
 HALF_FLAGS = ("avx2", "avx512f", "f16c", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
@@ -38,24 +40,26 @@ def cpu_flags() -> list[str]:
     return [f for f in HALF_FLAGS if f in flags]
 
 
-# scan_dtype: auto on CPU times one question's product with PROBE_EVENTS random events both ways:
-# the float32 columns [d, N] and the float16 rows [N, d], each larger than a VM's last-level cache
-# (100 and 50 MB), so both stream from memory as a 10^5-event store does.
+# scan_dtype: auto on CPU times one question's product with PROBE_EVENTS random events each way:
+# the float32 columns [d, N], the float16 rows [N, d] and, where torch has FBGEMM, the float16 rows
+# packed for it (store/packed_half.py; packing them takes ~0.3 s, once per process), each larger than
+# a VM's last-level cache (100, 50 and 50 MB), so each streams from memory as a 10^5-event store does.
 PROBE_EVENTS, PROBE_DIM, PROBE_RUNS = 1 << 16, 384, 5
-# The float16 scan is taken when its product costs at most this share of the columns' one: its exact
-# re-reads (the dense top-k's band, the pairs read from the fp32 rows) take longer than the columns,
-# which read every pair from their one product: at 10^5 events, 0.7 ms a question more on the AVX-512
-# AMD EPYC VM, whose probe ratio was 0.31-0.49 in its 16 committed magma-bench runs
-# (experiments/results/bench/history/; batch1_latency_100k_epyc_2026-12-04_2116.json), and 2.3-2.9 ms
-# more on an AVX2-only one, where the ratio was 0.66-1.01 in its 3 and the columns were faster in each
-# interleaved run (history/batch1_latency_100k_epyc_avx2_2026-12-07_*.json). The share lies between.
+# A pre-filtering copy (float16 rows, packed or not) is taken when its product costs at most this
+# share of the columns' one: its exact re-reads (the dense top-k's band, the pairs read from the fp32
+# rows) take longer than the columns, which read every pair from their one product: at 10^5 events,
+# 0.7 ms a question more on the AVX-512 AMD EPYC VM, whose probe ratio was 0.31-0.49 in its 16
+# committed magma-bench runs (experiments/results/bench/history/; batch1_latency_100k_epyc_2026-12-04_2116.json),
+# and 2.3-2.9 ms more on an AVX2-only one, where the ratio was 0.66-1.01 in its 3 and the columns were
+# faster in each interleaved run (history/batch1_latency_100k_epyc_avx2_2026-12-07_*.json). The share lies between.
 SCAN_SHARE = 0.6
 
 
 @cache
 def scan_probe() -> dict[str, float]:
     """The best of ``PROBE_RUNS`` times (ms) of one question's product with ``PROBE_EVENTS`` events,
-    from float32 columns and from float16 rows, with torch's current threads."""
+    from float32 columns, from float16 rows and (where FBGEMM is) from packed float16 rows, with
+    torch's current threads."""
     columns = torch.full((PROBE_DIM, PROBE_EVENTS), 0.05)     # the values do not change the time
     rows = torch.full((PROBE_EVENTS, PROBE_DIM), 0.05, dtype=torch.float16)
     q = torch.full((1, PROBE_DIM), 0.05)
@@ -70,21 +74,29 @@ def scan_probe() -> dict[str, float]:
         return min(times) * 1000
 
     q16 = q.half()
-    return {"float32_columns_ms": best_ms(lambda: q @ columns), "float16_rows_ms": best_ms(lambda: q16 @ rows.T)}
+    out = {"float32_columns_ms": best_ms(lambda: q @ columns), "float16_rows_ms": best_ms(lambda: q16 @ rows.T)}
+    if packed_half.available():
+        blocks = packed_half.PackedHalfRows(PROBE_DIM)
+        blocks.cover(rows.float())
+        view = blocks.data
+        out["float16_packed_ms"] = best_ms(lambda: view.product(q, rows))
+    return out
 
 
-def auto_scan_dtype(device: torch.device) -> torch.dtype:
-    """``scan_dtype: auto``: the copy of the embeddings small query batches read on this device.
+def auto_scan_dtype(device: torch.device) -> torch.dtype | str:
+    """``scan_dtype: auto``: the copy of the embeddings small query batches read on this device
+    (a torch dtype, or ``packed_half.NAME``).
 
     On CUDA, float16: a half-precision scan reads half the bytes, and cuBLAS reads rows or columns
     alike. On CPU it depends on the CPU and on torch's kernels for it, so it is measured, once per
-    process (``scan_probe``): float16 rows where their product takes at most ``SCAN_SHARE`` of the
-    float32 columns' one, else the float32 columns (``Similarity``'s ``columns`` way: exact, one
-    product that streams the d rows instead of taking N dot products). Measured at 10^5 events,
-    batch 1 (``experiments/batch1_latency.py``; BENCHMARKS.md): on the 2-core AMD EPYC VM (AVX-512,
-    AVX512-BF16, no native fp16) the float16 scan takes 1.8 ms against 5.2 for the columns and the
-    whole question 5.5 ms against 8.2; on an AVX2-only one (F16C, no AVX-512) 5.0-5.7 ms against
-    7.0-7.9 and the question 12.9-14.7 ms against 12.7-13.8; on the 2-core Intel Xeon VM (AVX-512
+    process (``scan_probe``): the faster of the float16 rows and the packed ones where its product
+    takes at most ``SCAN_SHARE`` of the float32 columns' one, else the float32 columns
+    (``Similarity``'s ``columns`` way: exact, one product that streams the d rows instead of taking N
+    dot products). Measured at 10^5 events, batch 1 (``experiments/batch1_latency.py``;
+    BENCHMARKS.md): on the 2-core AMD EPYC VM (AVX-512, AVX512-BF16, no native fp16) the float16 scan
+    takes 1.8 ms against 5.2 for the columns and the whole question 5.5 ms against 8.2; on an
+    AVX2-only one (F16C, no AVX-512) 5.0-5.7 ms against 7.0-7.9 and the question 12.9-14.7 ms against
+    12.7-13.8, where FBGEMM's packed float16 takes 2.5-3.0 ms; on the 2-core Intel Xeon VM (AVX-512
     fp16 and bf16, AMX) the float16 scan took 7.2 ms against 6.9 for the columns and the question
     23.3 against 12.5 ms; with torch's scalar kernels (``ATEN_CPU_CAPABILITY=default``) float16 is
     converted value by value and takes several times the columns' time.
@@ -92,4 +104,8 @@ def auto_scan_dtype(device: torch.device) -> torch.dtype:
     if device.type != "cpu":
         return torch.float16
     probe = scan_probe()
-    return torch.float16 if probe["float16_rows_ms"] <= SCAN_SHARE * probe["float32_columns_ms"] else torch.float32
+    ways = {torch.float16: probe["float16_rows_ms"]}
+    if "float16_packed_ms" in probe:
+        ways[packed_half.NAME] = probe["float16_packed_ms"]
+    fastest = min(ways, key=ways.get)
+    return fastest if ways[fastest] <= SCAN_SHARE * probe["float32_columns_ms"] else torch.float32

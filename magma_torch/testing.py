@@ -7,8 +7,9 @@ Two kinds of need:
   ``unavailable``. Without it the test skips, saying what provides it; under
   ``MAGMA_REQUIRE_ALL=1``, which ``make test`` sets, it fails instead, because the set-up
   should have provided it;
-- what no set-up can give this machine: ``with_cuda`` (a GPU) and ``with_dataset`` (data that
-  is not shipped). These always skip, and their reason says the skip is expected.
+- what no set-up can give this machine: ``with_cuda`` (a GPU), ``with_fbgemm`` (an x86 build of
+  torch) and ``with_dataset`` (data that is not shipped). These always skip, and their reason says
+  the skip is expected.
 
 This module is also a pytest plugin (tests/conftest.py loads it): it turns the failing marks
 into failures at set-up.
@@ -27,6 +28,13 @@ REQUIRE_ALL = "MAGMA_REQUIRE_ALL"     # set to 1 by `make test`
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 with_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (expected on a CPU-only machine)")
+
+
+def with_fbgemm() -> pytest.MarkDecorator:
+    """Needs FBGEMM's float16 GEMM (store/packed_half.py), which x86 builds of torch have."""
+    from magma_torch.store import packed_half   # lazy: keeps this plugin's import light
+
+    return pytest.mark.skipif(not packed_half.available(), reason="needs FBGEMM (expected on a non-x86 torch)")
 
 
 def experiment_script(path: Path):
@@ -160,6 +168,8 @@ def store_tensors(mem) -> dict:
     columns = ("embeddings", "scan_embeddings", "chain_dots", "timestamps", "date_spans", "text_tokens", "prev", "next",
                "episode", "speaker")
     out.update({f"events.{c}": getattr(ev, c).data for c in columns})
+    if ev.scan_packed:   # FBGEMM's blocks are opaque: compare the values they hold
+        out["events.scan_embeddings"] = ev.scan_embeddings.data.unpacked()
     out.update({f"episodes.{c}": getattr(ep, c).data for c in ("sums", "first", "last", "size")})
     out["entities.embeddings"] = en.embeddings.data
     return out

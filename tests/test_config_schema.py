@@ -108,7 +108,8 @@ def test_unknown_key_or_wrong_type_fails_in_one_line_naming_the_key(config, name
     ({"retrieval": {"mode": "grpah"}}, "memory.retrieval.mode: must be one of graph, full_context, got 'grpah'"),
     ({"retrieval": {"score_dtype": "int64"}}, "memory.retrieval.score_dtype: must be one of float32, float64, "),
     ({"retrieval": {"kernel": "cuda"}}, "memory.retrieval.kernel: must be one of auto, torch, numba, got 'cuda'"),
-    ({"scan_dtype": "int8"}, "memory.scan_dtype: must be one of auto, float32, float16, bfloat16, got 'int8'"),
+    ({"scan_dtype": "int8"}, "memory.scan_dtype: must be one of auto, float32, float16, bfloat16, float16_packed, "
+                           "got 'int8'"),
     ({"vector_backend": "annoy"}, "memory.vector_backend: must be one of auto, faiss, torch, got 'annoy'"),
     ({"embedder": {"precision": "fp16"}}, "memory.embedder.precision: must be one of auto, float32, bfloat16, float16"),
 ])

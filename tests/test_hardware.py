@@ -1,7 +1,8 @@
-"""scan_dtype: auto gives a CPU store the copy whose product it measures faster (float32 columns
-or float16 rows), CUDA the float16 rows; bad values fail clearly."""
+"""scan_dtype: auto gives a CPU store the copy whose product it measures fastest (float32 columns,
+float16 rows, or float16 rows packed for FBGEMM), CUDA the float16 rows; bad values fail clearly."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -13,9 +14,11 @@ import torch
 from magma_torch import hardware
 from magma_torch.hardware import HALF_FLAGS, auto_scan_dtype, cpu_flags, cpu_model
 from magma_torch.config.schema import ConfigError
+from magma_torch.store import packed_half
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
 from magma_torch.store.vector_index import VectorIndex
+from magma_torch.testing import with_fbgemm
 
 
 @pytest.mark.parametrize(("half_ms", "want"), [(1.0, torch.float16), (1.7, torch.float16), (2.3, torch.float32),
@@ -31,19 +34,33 @@ def test_auto_on_cpu_takes_float16_rows_only_well_below_the_columns_time(monkeyp
         assert not store.events.scan_columns and store.events.scan_embeddings.data.dtype == torch.float16
 
 
-def test_auto_is_float16_on_cuda_and_the_probe_times_both_products():
+@with_fbgemm()
+@pytest.mark.parametrize(("half_ms", "packed_ms", "want"), [(3.0, 1.5, packed_half.NAME), (1.0, 1.5, torch.float16),
+                                                            (3.0, 2.5, torch.float32)])
+def test_auto_on_cpu_takes_the_faster_prefilter_where_fbgemm_packs_float16(monkeypatch, half_ms, packed_ms, want):
+    monkeypatch.setattr(hardware, "scan_probe", lambda: {"float32_columns_ms": 3.5, "float16_rows_ms": half_ms,
+                                                         "float16_packed_ms": packed_ms})
+    assert auto_scan_dtype(torch.device("cpu")) == want
+    events = MemoryStore(8, scan_dtype="auto").events
+    assert (events.scan_packed, events.scan_columns) == (want == packed_half.NAME, want == torch.float32)
+
+
+def test_auto_is_float16_on_cuda_and_the_probe_times_each_product():
     assert auto_scan_dtype(torch.device("cuda")) == torch.float16        # (no CUDA needed to decide)
     probe = hardware.scan_probe()
-    assert set(probe) == {"float32_columns_ms", "float16_rows_ms"} and min(probe.values()) > 0
+    assert set(probe) == {"float32_columns_ms", "float16_rows_ms"} | (
+        {"float16_packed_ms"} if packed_half.available() else set()) and min(probe.values()) > 0
+    ways = {torch.float16: probe["float16_rows_ms"], packed_half.NAME: probe.get("float16_packed_ms", math.inf)}
+    fastest = min(ways, key=ways.get)
     assert auto_scan_dtype(torch.device("cpu")) == (
-        torch.float16 if probe["float16_rows_ms"] <= hardware.SCAN_SHARE * probe["float32_columns_ms"] else torch.float32)
+        fastest if ways[fastest] <= hardware.SCAN_SHARE * probe["float32_columns_ms"] else torch.float32)
 
 
 def test_store_keeps_an_explicit_scan_dtype_and_refuses_others():
     assert MemoryStore(8, scan_dtype="bfloat16").events.scan_embeddings.data.dtype == torch.bfloat16
     assert MemoryStore(8, scan_dtype="float16").events.scan_embeddings.data.dtype == torch.float16
     with pytest.raises(ConfigError, match="^MemoryStore.scan_dtype: must be one of auto, float32, float16, bfloat16, "
-                                          "got 'float64'$"):
+                                          "float16_packed, got 'float64'$"):
         MemoryStore(8, scan_dtype="float64")
 
 
@@ -81,15 +98,17 @@ def test_the_copy_follows_the_embeddings_across_growth_and_old_snapshots_stay(sc
     assert torch.equal(view, before)
 
 
-def test_without_vectorised_kernels_auto_is_float32_columns():
+def test_without_vectorised_kernels_auto_never_takes_torchs_float16_rows():
     """In a process whose torch runs scalar kernels (ATEN_CPU_CAPABILITY=default) float16 is
-    converted value by value, while the float32 product goes to the BLAS library, which keeps its
-    own kernels: the probe picks the float32 columns."""
+    converted value by value, while the float32 product goes to the BLAS library and FBGEMM's to
+    its own kernels, which keep their vector instructions: the probe picks the float32 columns, or
+    the packed float16 rows where FBGEMM is."""
     code = ("import torch; from magma_torch.store.store import MemoryStore; "
-            "print(torch.backends.cpu.get_cpu_capability(), MemoryStore(8).events.scan_embeddings.data.dtype)")
+            "from magma_torch.store.tables import scan_copy_name; "
+            "print(torch.backends.cpu.get_cpu_capability(), scan_copy_name(MemoryStore(8).snapshot().scan_embeddings))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATEN_CPU_CAPABILITY": "default"},
                          capture_output=True, text=True, check=True, timeout=300).stdout.split()
-    assert out == ["DEFAULT", "torch.float32"]
+    assert out[0] == "DEFAULT" and out[1] in ("torch.float32", packed_half.NAME)
 
 
 def test_machine_record_names_the_cpu_and_its_half_precision_flags():

@@ -25,9 +25,10 @@ def exact_top(emb, q, k):
 
 @pytest.mark.parametrize("k", [1, 50, 700])
 @pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
-def test_scan_and_matrix_give_the_exact_top_k(k, half):
+@pytest.mark.parametrize("compiled", [False, True])   # the scan's exact re-reads: tensor ops or numba loops
+def test_scan_and_matrix_give_the_exact_top_k(k, half, compiled):
     emb, q = near_ties()
-    scan = Similarity(emb, emb.to(half), q, SCAN, torch.float64)
+    scan = Similarity(emb, emb.to(half), q, SCAN, torch.float64, compiled=compiled)
     matrix = Similarity(emb, emb.to(half), q, MATRIX, torch.float64)
     assert (scan.mode, matrix.mode) == ("scan", "matrix")
     # half precision cannot tell these apart: the scan alone would get the order wrong
@@ -88,13 +89,14 @@ def test_matrix_for_large_batches_or_without_a_half_precision_copy():
     assert Similarity(emb, None, q, SCAN).mode == "matrix"
 
 
-def test_pairs_with_a_floor_are_exact_above_it():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_pairs_with_a_floor_are_exact_above_it(compiled):
     emb, q = near_ties(n=400)
     g = torch.Generator().manual_seed(1)
     qi, nodes = torch.randint(0, 4, (3000,), generator=g), torch.randint(0, 400, (3000,), generator=g)
     exact = Similarity(emb, None, q, MATRIX, torch.float64).pairs(qi, nodes)
     floor = float(exact.median())                              # half the pairs either side
-    got = Similarity(emb, emb.half(), q, SCAN, torch.float64).pairs(qi, nodes, floor=floor)
+    got = Similarity(emb, emb.half(), q, SCAN, torch.float64, compiled=compiled).pairs(qi, nodes, floor=floor)
     above = exact >= floor
     assert torch.allclose(got[above], exact[above], rtol=0, atol=1e-12)   # exact where a decision reads it
     assert bool((got[~above] < floor).all())                   # approximate below, but still below

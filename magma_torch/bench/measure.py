@@ -34,7 +34,9 @@ from magma_torch.query.beam import BeamResult, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.reference import reference_beam_search
 from magma_torch.query.retriever import Retriever
+from magma_torch.store.packed_half import PackedView
 from magma_torch.store.store import MemoryStore
+from magma_torch.store.tables import scan_copy_name
 
 
 def load_config(path: str | Path | None = None):
@@ -351,7 +353,7 @@ class Bench:
             "vector_backend": snap.vector_index.backend,
             "machine": _machine(dev), "cpu_flags": cpu_flags(),
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "scan_dtype": str(snap.scan_embeddings.dtype) if snap.scan_embeddings is not None else None,
+            "scan_dtype": scan_copy_name(snap.scan_embeddings),
             "scan_probe_ms": scan_probe() if dev.type == "cpu" else None,   # what scan_dtype: auto decided on
             "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__,
             "torch_geometric": torch_geometric.__version__,
@@ -383,8 +385,9 @@ def traffic_per_query(bench: Bench, batch: int) -> dict:
     candidates = int(adj + via_entity)
     b, n, d = q.shape[0], snap.num_events, snap.embeddings.shape[1]
     per_pass, mode = min(r.passes(snap, b)[0].stop, b), r.similarity_mode(snap, b)
-    score_bytes = snap.scan_embeddings.element_size() if mode == "scan" else r.dtype.itemsize
-    scan_bytes = snap.embeddings.element_size() if mode == "matrix" else snap.scan_embeddings.element_size()
+    copy = snap.scan_embeddings   # FBGEMM's product over the packed copy writes float32 scores
+    score_bytes = (4 if isinstance(copy, PackedView) else copy.dtype.itemsize) if mode == "scan" else r.dtype.itemsize
+    scan_bytes = snap.embeddings.element_size() if mode == "matrix" else copy.dtype.itemsize
     similarity = n * d * scan_bytes / per_pass + 2 * n * score_bytes
     beam = candidates * (8 + 8 + 8 + score_bytes) / b
     return {"batch": b, "similarity_mode": mode, "candidates_per_query": candidates / b,

@@ -415,7 +415,8 @@ class RetrievalConfig(Checked):
 
 
 # ---- the memory ----
-SCAN_DTYPES = ("auto", "float32", "float16", "bfloat16")   # the copy small query batches read (store/store.py)
+# the copy small query batches read (store/store.py); float16_packed: store/packed_half.py's NAME
+SCAN_DTYPES = ("auto", "float32", "float16", "bfloat16", "float16_packed")
 
 
 @dataclass
@@ -437,8 +438,9 @@ class MemoryConfig(Checked):
     chain_span: int = setting(4, at_least(0))
     # The copy of the embeddings small query batches read (query/similarity.py): float32 (kept as
     # columns [d, N]: one question's exact product, streamed), float16 or bfloat16 (rows that pre-filter the
-    # dense top-k; exact fp32 scores decide), or auto (on CPU the one whose product a probe times faster,
-    # on CUDA float16: magma_torch/hardware.py).
+    # dense top-k; exact fp32 scores decide), float16_packed (the same pre-filter from float16 rows packed
+    # for FBGEMM, x86 CPUs only: store/packed_half.py), or auto (on CPU the one whose product a probe times
+    # fastest, on CUDA float16: magma_torch/hardware.py).
     scan_dtype: str = setting("auto", OneOf(SCAN_DTYPES))
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     bm25: Bm25Config = field(default_factory=Bm25Config)

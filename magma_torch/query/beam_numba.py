@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from magma_torch.query.similarity import Similarity
+from magma_torch.query.similarity_numba import exact_cosine
 from magma_torch.store.csr_numba import csr_arrays, degree, gather_rows
 from magma_torch.store.graph import REL_ID, GraphSnapshot
 
@@ -78,15 +79,6 @@ def _emit(out_long, out_score, row, query, node, score, parent, relation, via, d
     out_long[0, row], out_long[1, row], out_long[2, row] = query, node, parent
     out_long[3, row], out_long[4, row], out_long[5, row] = relation, via, depth
     out_score[row] = score
-
-
-@numba.njit(cache=True, nogil=True)
-def _exact_cosine(queries, b, rows, v, round32):
-    """queries[b] . rows[v], summed in float64; ``round32``: rounded to float32, the scores' dtype."""
-    acc = 0.0
-    for i in range(rows.shape[1]):
-        acc += np.float64(queries[b, i]) * np.float64(rows[v, i])
-    return np.float64(np.float32(acc)) if round32 else acc
 
 
 @numba.njit(cache=True, nogil=True)
@@ -148,7 +140,7 @@ def _search(matrix, scan, error, queries, event_rows, round32, intents, anchors,
                 cos = np.float64(matrix[b, v])
                 if scan and cos >= drop - error[b]:
                     if math.isnan(exact[v]):
-                        exact[v] = _exact_cosine(queries, b, event_rows, v, round32)
+                        exact[v] = exact_cosine(queries, b, event_rows, v, round32)
                         computed[n_computed] = v
                         n_computed += 1
                     cos = exact[v]

@@ -24,7 +24,7 @@ from magma_torch.query.anchors import (Anchors, asked_phrase, context_candidates
                                        speakers_named, time_ranking)
 from magma_torch.query.beam import BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
-from magma_torch.query.kernel import resolve_kernel, search_kernel
+from magma_torch.query.kernel import compiled, resolve_kernel, search_kernel
 from magma_torch.query.linearize import cut_block, format_time, linearize, render_blocks
 from magma_torch.query.rerank import feature_matrix, removed_relations, rerank
 from magma_torch.query.segment import top_ids
@@ -181,7 +181,8 @@ class Retriever:
     @torch.inference_mode()
     def similarity(self, snap: StoreSnapshot, q: torch.Tensor) -> Similarity:
         """The questions' cosines with the snapshot's events, shared by the steps below."""
-        return Similarity(snap.embeddings, snap.scan_embeddings, q, self.cfg.similarity, self.dtype)
+        return Similarity(snap.embeddings, snap.scan_embeddings, q, self.cfg.similarity, self.dtype,
+                          compiled(self.kernel, q.device))
 
     @torch.inference_mode()
     def anchors(self, snap: StoreSnapshot, sim: Similarity, windows: list[tuple[float, float] | None],

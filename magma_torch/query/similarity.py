@@ -14,7 +14,8 @@ the store's copy of the embeddings (``scan_dtype``, magma_torch/hardware.py):
   where the row-major one takes N dot products of d (on the 2-core Xeon VM, one question over
   10^5 events: about 7 ms against 11, and 8.5 for the float16 scan below; BENCHMARKS.md).
 - ``scan``: a product with the store's half-precision copy of the embeddings (half the
-  bytes of the pass that bounds a small batch) finds the top-k *candidates*; their exact
+  bytes of the pass that bounds a small batch; torch's product, or FBGEMM's for the packed
+  float16 copy, store/packed_half.py, with its own bound) finds the top-k *candidates*; their exact
   scores, and every other pair's, come from the fp32 rows themselves. Rounding both vectors
   and the product to a format of unit roundoff u (accumulating in fp32) moves q.v by at most
   (3u + u^2)|q||v| < 2 eps |q| = 4u |q| for unit events (the store holds unit rows), so
@@ -30,6 +31,7 @@ import torch
 
 from magma_torch.config.schema import SimilarityConfig
 from magma_torch.query.segment import rank_in_group, top_ids, top_in_group
+from magma_torch.store.packed_half import PackedView
 from magma_torch.store.tables import COLUMNS_DTYPE, row_dots
 
 
@@ -37,11 +39,14 @@ SAMPLE_STRIDE = 64     # top_k's bound on CPU reads every 64th cosine (see _abov
 
 
 class Similarity:
-    """Exact cosines of questions ``queries`` [B, d] with events ``embeddings`` [N, d]."""
+    """Exact cosines of questions ``queries`` [B, d] with events ``embeddings`` [N, d]; ``compiled``:
+    the scan's exact re-reads run as compiled loops (query/similarity_numba.py) on CPU."""
 
-    def __init__(self, embeddings: torch.Tensor, scan_embeddings: torch.Tensor | None, queries: torch.Tensor,
-                 cfg: SimilarityConfig = SimilarityConfig(), dtype: torch.dtype = torch.float32):
+    def __init__(self, embeddings: torch.Tensor, scan_embeddings: torch.Tensor | PackedView | None, queries: torch.Tensor,
+                 cfg: SimilarityConfig = SimilarityConfig(), dtype: torch.dtype = torch.float32,
+                 compiled: bool = False):
         self.embeddings, self.dtype = embeddings, dtype
+        self.compiled = compiled and queries.device.type == "cpu" and dtype in (torch.float32, torch.float64)
         self.queries = queries.to(dtype)
         self.num_events, b_size = embeddings.shape[0], queries.shape[0]
         self.mode = self.way(b_size, scan_embeddings, cfg)
@@ -50,12 +55,15 @@ class Similarity:
             self.matrix = self.queries @ embeddings.to(dtype).T
         elif self.mode == "columns":
             self.matrix = self.queries @ scan_embeddings.to(dtype)
+        elif isinstance(scan_embeddings, PackedView):   # scan, FBGEMM's float16 product (store/packed_half.py)
+            self.approx = scan_embeddings.product(self.queries, embeddings)
+            self.error = scan_embeddings.error_bound(self.queries).to(dtype)
         else:   # scan: approximate [B, N] cosines and the bound on their error, see the module doc
             self.approx = self.queries.to(scan_embeddings.dtype) @ scan_embeddings.T
             self.error = 2 * torch.finfo(scan_embeddings.dtype).eps * torch.linalg.vector_norm(self.queries, dim=1)
 
     @staticmethod
-    def way(batch_size: int, scan_embeddings: torch.Tensor | None, cfg: SimilarityConfig) -> str:
+    def way(batch_size: int, scan_embeddings: torch.Tensor | PackedView | None, cfg: SimilarityConfig) -> str:
         """Which way a batch goes: ``matrix`` from ``matrix_min_batch`` questions (or without a
         copy), else the copy's: ``scan`` for a half-precision copy; for the float32 [d, N] copy,
         ``columns`` for one question and ``matrix`` for more (BLAS streams the columns for a
@@ -64,7 +72,7 @@ class Similarity:
         experiments/results/bench/history/scan_kernels_xeon_batches_2026-12-03.json)."""
         if scan_embeddings is None or batch_size >= cfg.matrix_min_batch:
             return "matrix"
-        if scan_embeddings.dtype == COLUMNS_DTYPE:
+        if isinstance(scan_embeddings, torch.Tensor) and scan_embeddings.dtype == COLUMNS_DTYPE:
             return "columns" if batch_size == 1 else "matrix"
         return "scan"
 
@@ -108,7 +116,13 @@ class Similarity:
         return r, e
 
     def _exact(self, keys: torch.Tensor) -> torch.Tensor:
-        # Each distinct pair's row is read once: hubs repeat the same (question, event) pairs.
+        # The tensor way reads each distinct pair's row once: hubs repeat the same (question, event)
+        # pairs. The compiled loops read each pair's rows in place, so a repeat costs one dot product.
+        if self.compiled:
+            from magma_torch.query.similarity_numba import pair_cosines   # lazy: an optional accelerator
+
+            return pair_cosines(self.queries, keys // self.num_events, self.embeddings, keys % self.num_events,
+                                self.dtype)
         distinct, inverse = torch.unique(keys, return_inverse=True)
         q, v = distinct // self.num_events, distinct % self.num_events
         return row_dots(self.queries, q, self.embeddings, v, self.dtype).index_select(0, inverse)

@@ -191,8 +191,10 @@ def check(store: MemoryStore) -> None:
 def _derived(store: MemoryStore) -> list[str]:
     ev, out = store.events, []
     scan = ev.scan_embeddings.data
-    rows = scan.T if ev.scan_columns else scan
-    if not torch.equal(rows, ev.embeddings.data.to(scan.dtype)):
+    if ev.scan_packed:
+        if not torch.equal(scan.unpacked(), ev.embeddings.data[:scan.packed_rows].half().float()):
+            out.append("events.scan_embeddings' packed blocks are not the float16 copy of events.embeddings")
+    elif not torch.equal(scan.T if ev.scan_columns else scan, ev.embeddings.data.to(scan.dtype)):
         out.append(f"events.scan_embeddings is not the {scan.dtype} copy of events.embeddings")
     ids = torch.arange(len(ev), device=ev.prev.data.device)
     if not torch.allclose(ev.chain_dots.data, ev.predecessor_cosines(ids, ev.prev.data), atol=1e-5):

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import torch
 from torch_geometric.data import HeteroData
 
-from magma_torch.config.schema import Bm25Config, MemoryConfig, check
+from magma_torch.config.schema import Bm25Config, ConfigError, MemoryConfig, check
 from magma_torch.hardware import auto_scan_dtype
+from magma_torch.store import packed_half
 from magma_torch.store.graph import GraphSnapshot, MultiGraph
 from magma_torch.store.keyword_index import KeywordIndex
 from magma_torch.store.tables import EntityTable, EpisodeTable, EventRow, EventTable
@@ -26,7 +27,8 @@ class StoreSnapshot:
     num_entities: int
     num_episodes: int
     embeddings: torch.Tensor          # [num_events, d]
-    scan_embeddings: torch.Tensor     # small batches' copy: float32 [d, num_events], or half precision [num_events, d]
+    # small batches' copy: float32 [d, num_events], half precision [num_events, d], or packed for FBGEMM
+    scan_embeddings: torch.Tensor | packed_half.PackedView
     timestamps: torch.Tensor          # [num_events] float64 epoch seconds
     date_spans: torch.Tensor          # [num_events, 2] mentioned-date span, NaN when none
     prev: torch.Tensor                # [num_events] temporal-chain predecessor, -1 at a stream's start
@@ -64,7 +66,12 @@ class MemoryStore:
         check(Bm25Config, {"k1": bm25_k1, "b": bm25_b}, "MemoryStore.bm25")
         self.device = torch.device(device)
         self.dim = dim
-        scan = auto_scan_dtype(self.device) if scan_dtype == "auto" else getattr(torch, scan_dtype)
+        scan = auto_scan_dtype(self.device) if scan_dtype == "auto" else (
+            scan_dtype if scan_dtype == packed_half.NAME else getattr(torch, scan_dtype))
+        if scan == packed_half.NAME and (self.device.type != "cpu" or not packed_half.available()):
+            raise ConfigError(f"MemoryStore.scan_dtype: {packed_half.NAME} needs FBGEMM on the CPU (x86 builds of "
+                              f"torch), not {self.device.type} with engines "
+                              f"{', '.join(torch.backends.quantized.supported_engines)}; use auto or float16")
         self.events = EventTable(dim, device, chain_span=chain_span, scan_dtype=scan)
         self.entities = EntityTable(dim, device)
         self.episodes = EpisodeTable(dim, device)

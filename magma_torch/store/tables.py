@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 import torch
 
+from magma_torch.store import packed_half
 from magma_torch.store.growable import GrowableTensor
 from magma_torch.tokens import count_tokens
 
@@ -14,6 +15,13 @@ from magma_torch.tokens import count_tokens
 # A copy of the embeddings in this dtype is kept as columns [d, N], any other as rows [N, d]
 # (EventTable.scan_embeddings; query/similarity.py reads each layout its own way).
 COLUMNS_DTYPE = torch.float32
+
+
+def scan_copy_name(copy: torch.Tensor | packed_half.PackedView | None) -> str | None:
+    """What a snapshot's ``scan_embeddings`` is, for records: its torch dtype, or ``packed_half.NAME``."""
+    if copy is None:
+        return None
+    return packed_half.NAME if isinstance(copy, packed_half.PackedView) else str(copy.dtype)
 
 @dataclass
 class EventRow:
@@ -51,16 +59,19 @@ class EventTable:
     """Event nodes: content, timestamp, embedding and attributes A (paper, Sec. 3)."""
 
     def __init__(self, dim: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 chain_span: int = 4, scan_dtype: torch.dtype = torch.float16):
+                 chain_span: int = 4, scan_dtype: torch.dtype | str = torch.float16):
         self.embeddings = GrowableTensor((dim,), dtype, device)
         # chain_dots[v, k-1] = e_v . e_{k-th chain predecessor of v} (0 past a stream's start), k <= chain_span:
         # a temporal-context view's norm is then a few scalar reads (query/anchors.py window_norms)
         self.chain_dots = GrowableTensor((chain_span,), dtype, device)
         # The copy small query batches read (query/similarity.py): half-precision rows [N, d], half the
-        # bytes for a pre-filtering scan, or float32 columns [d, N], whose product is exact and streams
-        # each of the d rows once instead of taking N dot products.
+        # bytes for a pre-filtering scan, the same packed for FBGEMM (``packed_half.NAME``), or float32
+        # columns [d, N], whose product is exact and streams each of the d rows once instead of taking
+        # N dot products.
         self.scan_columns = scan_dtype == COLUMNS_DTYPE
-        self.scan_embeddings = (GrowableTensor((), scan_dtype, device, lead_shape=(dim,)) if self.scan_columns
+        self.scan_packed = scan_dtype == packed_half.NAME
+        self.scan_embeddings = (packed_half.PackedHalfRows(dim) if self.scan_packed
+                                else GrowableTensor((), scan_dtype, device, lead_shape=(dim,)) if self.scan_columns
                                 else GrowableTensor((dim,), scan_dtype, device))
         self.timestamps = GrowableTensor((), torch.float64, device)
         # [start, end] epoch seconds of the dates the text mentions (NaN when none): the time signal
@@ -98,7 +109,10 @@ class EventTable:
         self.ids.extend(ids_given)
         self.next_id = max([self.next_id, *(i + 1 for i in ids_given)])
         self.embeddings.extend(embeddings)
-        self.scan_embeddings.extend(embeddings.T if self.scan_columns else embeddings)
+        if self.scan_packed:
+            self.scan_embeddings.cover(self.embeddings.data)
+        else:
+            self.scan_embeddings.extend(embeddings.T if self.scan_columns else embeddings)
         self.timestamps.extend(torch.tensor([r.timestamp for r in rows], dtype=torch.float64))
         self.date_spans.extend(torch.tensor([date_span(r) for r in rows], dtype=torch.float64).reshape(-1, 2))
         self.text_tokens.extend(torch.tensor([count_tokens(r.text) for r in rows], dtype=torch.long))
