@@ -48,11 +48,14 @@ PROBE_EVENTS, PROBE_DIM, PROBE_RUNS = 1 << 16, 384, 5
 # A pre-filtering copy (float16 rows, packed or not) is taken when its product costs at most this
 # share of the columns' one: its exact re-reads (the dense top-k's band, the pairs read from the fp32
 # rows) take longer than the columns, which read every pair from their one product: at 10^5 events,
-# 0.7 ms a question more on the AVX-512 AMD EPYC VM, whose probe ratio was 0.31-0.49 in its 16
-# committed magma-bench runs (experiments/results/bench/history/; batch1_latency_100k_epyc_2026-12-04_2116.json),
-# and 2.3-2.9 ms more on an AVX2-only one, where the ratio was 0.66-1.01 in its 3 and the columns were
-# faster in each interleaved run (history/batch1_latency_100k_epyc_avx2_2026-12-07_*.json). The share lies between.
-SCAN_SHARE = 0.6
+# 0.7 ms a question more on the AVX-512 AMD EPYC VM, whose float16 rows' probe ratio was 0.31-0.49 in
+# its 16 committed magma-bench runs (experiments/results/bench/history/;
+# batch1_latency_100k_epyc_2026-12-04_2116.json), and 1.7 ms more on an AVX2-only one (with the
+# compiled re-reads, query/similarity_numba.py), where the float16 rows' ratio was 0.66-1.13 and they
+# were slower than the columns in each interleaved run, the packed rows' 0.45-0.58 and faster by
+# 1.1-1.3 ms (history/batch1_latency_100k_epyc_avx2_2026-12-07_*.json and the cpu_100k runs of
+# 2026-12-07 11:38-11:50). The share lies between.
+SCAN_SHARE = 0.65
 
 
 @cache
