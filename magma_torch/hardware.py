@@ -2,6 +2,7 @@
 embeddings that ``scan_dtype: auto`` gives the store for small query batches."""
 from __future__ import annotations
 
+import math
 import platform
 import time
 from functools import cache
@@ -44,46 +45,45 @@ def cpu_flags() -> list[str]:
 # the float32 columns [d, N], the float16 rows [N, d] and, where torch has FBGEMM, the float16 rows
 # packed for it (store/packed_half.py; packing them takes ~0.3 s, once per process), each larger than
 # a VM's last-level cache (100, 50 and 50 MB), so each streams from memory as a 10^5-event store does.
-PROBE_EVENTS, PROBE_DIM, PROBE_RUNS = 1 << 16, 384, 5
+PROBE_EVENTS, PROBE_DIM, PROBE_RUNS = 1 << 16, 384, 7
 # A pre-filtering copy (float16 rows, packed or not) is taken when its product costs at most this
 # share of the columns' one: its exact re-reads (the dense top-k's band, the pairs read from the fp32
-# rows) take longer than the columns, which read every pair from their one product: at 10^5 events,
-# 0.7 ms a question more on the AVX-512 AMD EPYC VM, whose float16 rows' probe ratio was 0.31-0.49 in
-# its 16 committed magma-bench runs (experiments/results/bench/history/;
-# batch1_latency_100k_epyc_2026-12-04_2116.json), and 1.7 ms more on an AVX2-only one (with the
-# compiled re-reads, query/similarity_numba.py), where the float16 rows' ratio was 0.66-1.13 and they
-# were slower than the columns in each interleaved run, the packed rows' 0.45-0.58 and faster by
-# 1.1-1.3 ms (history/batch1_latency_100k_epyc_avx2_2026-12-07_*.json and the cpu_100k runs of
-# 2026-12-07 11:38-11:50). The share lies between.
-SCAN_SHARE = 0.65
+# rows) take longer than the columns, which read every pair from their one product. At 10^5 events,
+# batch 1, every way in turn on each question (experiments/batch1_latency.py; history/): on the
+# AVX-512 AMD EPYC VM the re-reads cost 0.7 ms more and the float16 rows' probe ratio was 0.31-0.49
+# (batch1_latency_100k_epyc_2026-12-04_2116.json); on an AVX2-only one they cost 2.3-2.9 ms more as
+# tensor operations, and the columns won at probe ratios of 0.66-1.01 (_epyc_avx2_2026-12-07_0421..0423),
+# but 1.4 ms more as compiled loops (query/similarity_numba.py), so that the packed rows won by 1.3 ms
+# at an in-situ ratio of 0.54 and the float16 rows by 0.4 ms at 0.68 (_epyc_avx2_2026-12-07_1152); the
+# probe read 0.45-0.64 for the packed rows there, 0.59-1.13 for the float16 rows. On the Intel Xeon VM
+# the float16 rows' product took longer than the columns'.
+SCAN_SHARE = 0.75
 
 
 @cache
 def scan_probe() -> dict[str, float]:
     """The best of ``PROBE_RUNS`` times (ms) of one question's product with ``PROBE_EVENTS`` events,
     from float32 columns, from float16 rows and (where FBGEMM is) from packed float16 rows, with
-    torch's current threads."""
+    torch's current threads. The ways take turns run by run, so a passing load on a shared machine
+    falls on all of them alike."""
     columns = torch.full((PROBE_DIM, PROBE_EVENTS), 0.05)     # the values do not change the time
     rows = torch.full((PROBE_EVENTS, PROBE_DIM), 0.05, dtype=torch.float16)
     q = torch.full((1, PROBE_DIM), 0.05)
-
-    def best_ms(product) -> float:
-        product()   # warm-up: first-call allocation and kernel selection
-        times = []
-        for _ in range(PROBE_RUNS):
-            t = time.perf_counter()
-            product()
-            times.append(time.perf_counter() - t)
-        return min(times) * 1000
-
     q16 = q.half()
-    out = {"float32_columns_ms": best_ms(lambda: q @ columns), "float16_rows_ms": best_ms(lambda: q16 @ rows.T)}
+    products = {"float32_columns_ms": lambda: q @ columns, "float16_rows_ms": lambda: q16 @ rows.T}
     if packed_half.available():
         blocks = packed_half.PackedHalfRows(PROBE_DIM)
         blocks.cover(rows.float())
         view = blocks.data
-        out["float16_packed_ms"] = best_ms(lambda: view.product(q, rows))
-    return out
+        products["float16_packed_ms"] = lambda: view.product(q, rows)
+    best = dict.fromkeys(products, math.inf)
+    for run in range(PROBE_RUNS + 1):   # run 0 warms up: first-call allocation and kernel selection
+        for name, product in products.items():
+            t = time.perf_counter()
+            product()
+            if run:
+                best[name] = min(best[name], (time.perf_counter() - t) * 1000)
+    return best
 
 
 def auto_scan_dtype(device: torch.device) -> torch.dtype | str:
