@@ -43,7 +43,8 @@ def test_scan_and_matrix_give_the_exact_top_k(k, half, compiled):
 
 
 @pytest.mark.parametrize("half", [None, torch.float16, torch.bfloat16])
-def test_top_k_reads_the_values_above_a_sampled_bound(half):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_top_k_reads_the_values_above_a_sampled_bound(half, compiled):
     """On CPU the matrix way keeps the cosines at or above a bound taken from every SAMPLE_STRIDE-th
     one, and the scan finds its k-th approximate cosine among the approximate ones above such a
     bound; where that leaves fewer than k in a row, torch.topk decides, and the top k is exact
@@ -52,7 +53,7 @@ def test_top_k_reads_the_values_above_a_sampled_bound(half):
 
     def way(emb):
         sim = Similarity(emb, None if half is None else emb.to(half), q, MATRIX if half is None else SCAN,
-                         torch.float64)
+                         torch.float64, compiled=compiled)
         return sim, sim.matrix if half is None else sim.approx
 
     sim, values = way(emb)
@@ -67,14 +68,15 @@ def test_top_k_reads_the_values_above_a_sampled_bound(half):
     assert sim._above_sampled_bound(values, 100)[0] is None and sim.top_k(100).tolist() == exact_top(emb, q, 100)
 
 
-def test_pairs_agree_and_short_lists_are_padded():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_pairs_agree_and_short_lists_are_padded(compiled):
     emb, q = near_ties(n=40)
     qi, nodes = torch.tensor([0, 3, 3, 1]), torch.tensor([5, 3, 7, 39])
     want = (q[qi].double() * emb[nodes].double()).sum(-1)
     for cfg, copy in ((MATRIX, emb.half()), (SCAN, emb.half()), (SCAN, emb.T.contiguous())):
-        sim = Similarity(emb, copy, q, cfg, torch.float64)
+        sim = Similarity(emb, copy, q, cfg, torch.float64, compiled=compiled)
         assert torch.allclose(sim.pairs(qi, nodes), want, atol=1e-12)
-        one = Similarity(emb, copy, q[3:4], cfg, torch.float64)
+        one = Similarity(emb, copy, q[3:4], cfg, torch.float64, compiled=compiled)
         assert torch.allclose(one.pairs(torch.zeros(2, dtype=torch.long), nodes[1:3]), want[1:3], atol=1e-12)
         top = sim.top_k(45)
         assert top[:, 40:].eq(-1).all() and top[3, :2].tolist() == [3, 7]   # tie at cos 1: lower id first

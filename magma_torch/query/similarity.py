@@ -147,6 +147,12 @@ class Similarity:
         out = torch.full((b_size, k), -1, dtype=torch.long, device=self.queries.device)
         if k_eff == 0:
             return out
+        if self.compiled:   # the same selection as one compiled pass per question
+            from magma_torch.query.similarity_numba import top_k   # lazy: an optional accelerator
+
+            return top_k(self.approx if self.matrix is None else self.matrix,
+                         None if self.matrix is not None else self.error, k, SAMPLE_STRIDE,
+                         self.queries, self.embeddings, self.dtype)
         if self.matrix is not None:
             r, e = self._above_sampled_bound(self.matrix, k_eff)
             if r is None:

@@ -1,4 +1,4 @@
-"""Exact cosines of (question, event) pairs as compiled loops (numba), on CPU.
+"""Exact cosines of (question, event) pairs, and each question's top k, as compiled loops (numba), on CPU.
 
 Under a pre-filtering scan (query/similarity.py) every cosine the query path keeps is computed
 again from the float32 rows: the dense ranking's band, the time ranking's in-window events, the
@@ -13,6 +13,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 import torch
+
+
+def _set_threads() -> None:
+    """Run numba's parallel loops on as many threads as torch's operations (a user may change it)."""
+    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != threads:
+        numba.set_num_threads(threads)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
@@ -37,9 +44,81 @@ def pair_cosines(queries: torch.Tensor, q_idx: torch.Tensor, rows: torch.Tensor,
     """queries[q_idx[i]] . rows[v_idx[i]] for every i, in ``dtype`` (float32 or float64), as
     store/tables.py's ``row_dots`` computes them up to the order of each sum."""
     out = np.empty(q_idx.numel(), dtype=np.float64)
-    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != threads:   # torch's setting, read each call: a user may change it
-        numba.set_num_threads(threads)
+    _set_threads()
     _pair_cosines(queries.contiguous().numpy(), q_idx.numpy(), rows.contiguous().numpy(), v_idx.numpy(),
                   dtype == torch.float32, out)
     return torch.from_numpy(out).to(dtype)
+
+
+def top_k(values: torch.Tensor, error: torch.Tensor | None, k: int, stride: int, queries: torch.Tensor | None,
+          rows: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """[B, k] ids of each row's k highest cosines, best first, ties to the lower id, -1 padded, as
+    ``Similarity.top_k`` finds them: over a ``values`` [B, N] matrix of exact cosines (``error``
+    None), or of approximate ones within ``error`` [B] of the exact, which are read from ``queries``
+    and the event ``rows`` for every event within twice that of the k-th approximate one (those
+    reads split between the threads, as ``pair_cosines``'s)."""
+    b_size, n = values.shape
+    k_eff = min(k, n)
+    scan = error is not None
+    matrix = values.float().contiguous().numpy() if scan else values.contiguous().numpy()
+    _set_threads()
+    floors = np.empty(b_size)
+    _band_floors(matrix, error.double().numpy() if scan else np.zeros(b_size), k_eff, stride, floors)
+    counts = np.empty(b_size, dtype=np.int64)
+    _count_at_least(matrix, floors, counts)
+    offsets = np.zeros(b_size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    band = np.empty(offsets[-1], dtype=np.int64)
+    _fill_at_least(matrix, floors, offsets, band)
+    q_idx = np.repeat(np.arange(b_size), counts)
+    exact = (pair_cosines(queries, torch.from_numpy(q_idx), rows, torch.from_numpy(band), dtype).double().numpy()
+             if scan else matrix[q_idx, band].astype(np.float64))
+    out = np.full((b_size, k), -1, dtype=np.int64)
+    _best(offsets, band, exact, k_eff, out)
+    return torch.from_numpy(out)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _band_floors(values, error, k, stride, floors):
+    """Per row, twice ``error`` below its k-th value: the k-th is found among the values at or above
+    a bound that about 2k of them pass (the k_sample-th best of every stride-th value, the tensor
+    way's sampled bound), or among all where that leaves fewer than k."""
+    n = values.shape[1]
+    k_sample = 2 * k // stride + 8
+    for b in numba.prange(values.shape[0]):
+        row = values[b]
+        bound = -np.inf
+        if 4 * k_sample * stride <= n:
+            bound = -np.partition(-row[::stride].astype(np.float64), k_sample - 1)[k_sample - 1]
+        passed = row[row >= bound]
+        if passed.shape[0] < k:
+            passed = row
+        floors[b] = -np.partition(-passed.astype(np.float64), k - 1)[k - 1] - 2 * error[b]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _count_at_least(values, floors, counts):
+    for b in numba.prange(values.shape[0]):
+        counts[b] = np.sum(values[b] >= floors[b])
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _fill_at_least(values, floors, offsets, band):
+    """Each row's ids at or above its floor, ascending, at band[offsets[b]:offsets[b + 1]]."""
+    for b in numba.prange(values.shape[0]):
+        j = offsets[b]
+        for i in range(values.shape[1]):
+            if values[b, i] >= floors[b]:
+                band[j] = i
+                j += 1
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _best(offsets, band, exact, k, out):
+    """The k best of each row's band by ``exact``, best first; the band's ids ascend, so the stable
+    sort puts ties in id order."""
+    for b in numba.prange(offsets.shape[0] - 1):
+        lo, hi = offsets[b], offsets[b + 1]
+        order = np.argsort(-exact[lo:hi], kind="mergesort")
+        for i in range(min(k, hi - lo)):
+            out[b, i] = band[lo + order[i]]
