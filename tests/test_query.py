@@ -2,6 +2,7 @@
 import math
 from datetime import datetime, timezone
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,7 +12,7 @@ from magma_torch.query.anchors import (ContextConfig, chain_neighbours, context_
 from magma_torch.query.linearize import linearize
 from magma_torch.query.retriever import epoch_window
 from magma_torch.query.segment import first_in_group, lexsort, rank_in_group, top_ids, top_in_group
-from magma_torch.query.similarity import Similarity
+from magma_torch.query.similarity import Similarity, SimilarityConfig
 from magma_torch.store.tables import EventRow, EventTable
 from magma_torch.testing import with_package
 from magma_torch.text.temporal import question_time_window
@@ -201,3 +202,45 @@ def test_segment_argbest_is_the_first_row_of_the_lexicographic_order(levels):
     order = lexsort((segment, False), (score, True), (tie, False))   # stable: lowest row last
     want = order[first_in_group(segment[order])]
     assert _segment_argbest(segment, 40, score, tie).tolist() == want.tolist()
+
+
+@with_package("numba", extra="fast")
+@pytest.mark.parametrize("way", ["matrix", "scan"])
+@pytest.mark.parametrize("hops", [1, 2])
+def test_compiled_context_ranking_gives_the_tensor_programs_scores_and_order(way, hops):
+    """Streams of a few dozen events with duplicated embeddings (tied views), a snapshot that ends
+    before the last appends (next pointers past it), candidates from two questions with -1 pads:
+    the compiled windows give context_scores' scores to the bit, and the ranking is top_ids'."""
+    from magma_torch.query import anchors_numba
+    from magma_torch.query.anchors import context_ranking
+
+    g = torch.Generator().manual_seed(3)
+    table = EventTable(16, chain_span=4)
+    emb = torch.nn.functional.normalize(torch.randn(300, 16, generator=g), dim=1)
+    emb[4::7] = emb[3::7]                 # streams s3 and s4 alike: the same windows, so tied scores
+    table.append([EventRow(f"e{i}", float(i), f"s{i % 7}") for i in range(300)], emb)
+    n = 280
+    q = torch.nn.functional.normalize(torch.randn(2, 16, generator=g), dim=1)
+    sim = Similarity(emb[:n], emb[:n].half() if way == "scan" else None, q,
+                     SimilarityConfig(matrix_min_batch=10 if way == "scan" else 1), compiled=True)
+    assert sim.mode == way
+    hits = [torch.randint(0, n, (2, 60), generator=g), torch.cat([torch.arange(80, 120)[None].repeat(2, 1),
+                                                                 torch.full((2, 5), -1)], 1)]
+    ctx = ContextConfig(hops=hops, weight=0.7, decay=0.6)
+    prev, nxt, dots = table.prev.data[:n], table.next.data[:n], table.chain_dots.data[:n]
+    cand = context_candidates(hits, prev, nxt, n, ctx)
+    want = context_scores(cand, prev, nxt, n, ctx, dense=sim, chain_dots=dots)
+    weights = [0.7 * 0.6 ** (s - 1) for s in range(1, hops + 1)]
+    cos, weight = np.zeros((2, 2 * hops + 1, *cand.shape), dtype=np.float32)
+    sq = np.zeros(cand.shape, dtype=np.float32)
+    anchors_numba._windows(cand.numpy(), prev.numpy(), nxt.numpy(), n, np.array(weights, dtype=np.float32),
+                           dots.numpy(), sim.matrix.numpy() if way == "matrix" else np.zeros((1, 1), np.float32),
+                           way == "scan", sim.queries.numpy(), sim.embeddings.numpy(), True, cos, weight, sq)
+    norm = torch.from_numpy(sq).clamp(min=0).sqrt().clamp(min=1e-12)
+    got = torch.where(cand >= 0, (torch.from_numpy(weight) * torch.from_numpy(cos)).sum(0) / norm, -math.inf)
+    assert torch.equal(got, want)
+    valid = want[torch.isfinite(want)]
+    assert valid.numel() > valid.unique().numel()             # tied views: the order cuts them by id
+    for top in (5, 40, 400):
+        assert context_ranking(cand, prev, nxt, n, ctx, sim, dots, top, "numba").tolist() == \
+            top_ids(cand, want, top).tolist()

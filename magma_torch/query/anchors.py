@@ -9,7 +9,7 @@ import torch
 
 from magma_torch.config.schema import ContextConfig, EntitySignalConfig, EpisodeSignalConfig
 from magma_torch.query.kernel import compiled
-from magma_torch.query.segment import first_in_group, lexsort, rank_in_group, top_in_group
+from magma_torch.query.segment import first_in_group, lexsort, rank_in_group, top_ids, top_in_group
 from magma_torch.query.similarity import Similarity
 
 
@@ -289,6 +289,22 @@ def context_scores(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig, de
             score = score + w * torch.gather(keyword, 1, nb.clamp(min=0)) * (nb >= 0)
         valid &= score > 0  # a window without a single matching term is not a keyword hit
     return torch.where(valid, score, torch.full_like(score, -math.inf))
+
+
+def context_ranking(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig, dense: Similarity,
+                    chain_dots: torch.Tensor | None, top: int, kernel: str = "torch") -> torch.Tensor:
+    """[B, top] the candidates whose dense temporal-context views score best (``context_scores``,
+    then ``top_ids``). ``kernel`` (resolved, query/kernel.py): "numba" scores and ranks them in one
+    compiled pass on CPU (query/anchors_numba.py), the same scores to the bit, where the norms come
+    from float32 predecessor cosines; a question's few hundred views cost some 30 tensor operations
+    here."""
+    if (compiled(kernel, cand.device) and chain_dots is not None and chain_dots.dtype == torch.float32
+            and chain_dots.shape[1] >= 2 * ctx.hops):
+        from magma_torch.query import anchors_numba   # lazy: an optional accelerator
+
+        weights = [ctx.weight * ctx.decay ** (hop - 1) for hop in range(1, ctx.hops + 1)]   # as chain_neighbours
+        return anchors_numba.context_ranking(cand, prev, nxt, n, weights, dense, chain_dots, top)
+    return top_ids(cand, context_scores(cand, prev, nxt, n, ctx, dense=dense, chain_dots=chain_dots), top)
 
 
 def window_norms(embeddings: torch.Tensor, chain_dots: torch.Tensor | None, ids: torch.Tensor,

@@ -19,9 +19,9 @@ import torch
 
 from magma_torch.config.schema import SIGNALS, TEXT_SIGNALS, RetrievalConfig
 from magma_torch.query.adapter import QuestionAdapter
-from magma_torch.query.anchors import (Anchors, asked_phrase, context_candidates, context_scores, entity_ranking,
-                                       episode_ranking, inside_windows, keep_inside, rrf_fuse, speaker_ranking,
-                                       speakers_named, time_ranking)
+from magma_torch.query.anchors import (Anchors, asked_phrase, context_candidates, context_ranking, context_scores,
+                                       entity_ranking, episode_ranking, inside_windows, keep_inside, rrf_fuse,
+                                       speaker_ranking, speakers_named, time_ranking)
 from magma_torch.query.beam import BeamResult, beam_search, relation_weights, salience_order
 from magma_torch.query.intent import INTENTS, IntentClassifier
 from magma_torch.query.kernel import compiled, resolve_kernel, search_kernel
@@ -242,8 +242,8 @@ class Retriever:
         if n_cand:
             cand = context_candidates([dense[:, :n_cand], kw_top[:, :n_cand]], snap.prev, snap.next, n, ctx)
             if on["vector_context"]:
-                sc = context_scores(cand, snap.prev, snap.next, n, ctx, dense=sim, chain_dots=snap.chain_dots)
-                ranked["vector_context"] = top_ids(cand, sc, k["vector_context"])
+                ranked["vector_context"] = context_ranking(cand, snap.prev, snap.next, n, ctx, sim, snap.chain_dots,
+                                                           k["vector_context"], self.kernel)
             if on["keyword_context"]:
                 sc = context_scores(cand, snap.prev, snap.next, n, ctx, keyword=kw_scores)
                 ranked["keyword_context"] = top_ids(cand, sc, k["keyword_context"])
