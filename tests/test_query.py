@@ -242,5 +242,5 @@ def test_compiled_context_ranking_gives_the_tensor_programs_scores_and_order(way
     valid = want[torch.isfinite(want)]
     assert valid.numel() > valid.unique().numel()             # tied views: the order cuts them by id
     for top in (5, 40, 400):
-        assert context_ranking(cand, prev, nxt, n, ctx, sim, dots, top, "numba").tolist() == \
+        assert context_ranking(cand, prev, nxt, n, ctx, sim, dots, top).tolist() == \
             top_ids(cand, want, top).tolist()

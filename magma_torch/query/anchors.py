@@ -292,13 +292,13 @@ def context_scores(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig, de
 
 
 def context_ranking(cand: torch.Tensor, prev, nxt, n: int, ctx: ContextConfig, dense: Similarity,
-                    chain_dots: torch.Tensor | None, top: int, kernel: str = "torch") -> torch.Tensor:
+                    chain_dots: torch.Tensor | None, top: int) -> torch.Tensor:
     """[B, top] the candidates whose dense temporal-context views score best (``context_scores``,
-    then ``top_ids``). ``kernel`` (resolved, query/kernel.py): "numba" scores and ranks them in one
-    compiled pass on CPU (query/anchors_numba.py), the same scores to the bit, where the norms come
-    from float32 predecessor cosines; a question's few hundred views cost some 30 tensor operations
-    here."""
-    if (compiled(kernel, cand.device) and chain_dots is not None and chain_dots.dtype == torch.float32
+    then ``top_ids``). Where ``dense`` runs compiled (``Similarity.compiled``: numba on CPU) and the
+    norms come from float32 predecessor cosines, compiled loops walk the windows
+    (query/anchors_numba.py), the same scores to the bit: a question's few hundred views cost some
+    30 tensor operations here."""
+    if (dense.compiled and chain_dots is not None and chain_dots.dtype == torch.float32
             and chain_dots.shape[1] >= 2 * ctx.hops):
         from magma_torch.query import anchors_numba   # lazy: an optional accelerator
 

@@ -243,7 +243,7 @@ class Retriever:
             cand = context_candidates([dense[:, :n_cand], kw_top[:, :n_cand]], snap.prev, snap.next, n, ctx)
             if on["vector_context"]:
                 ranked["vector_context"] = context_ranking(cand, snap.prev, snap.next, n, ctx, sim, snap.chain_dots,
-                                                           k["vector_context"], self.kernel)
+                                                           k["vector_context"])
             if on["keyword_context"]:
                 sc = context_scores(cand, snap.prev, snap.next, n, ctx, keyword=kw_scores)
                 ranked["keyword_context"] = top_ids(cand, sc, k["keyword_context"])
