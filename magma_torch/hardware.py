@@ -99,7 +99,8 @@ def auto_scan_dtype(device: torch.device) -> torch.dtype | str:
     BENCHMARKS.md): on the 2-core AMD EPYC VM (AVX-512, AVX512-BF16, no native fp16) the float16 scan
     takes 1.8 ms against 5.2 for the columns and the whole question 5.5 ms against 8.2; on an
     AVX2-only one (F16C, no AVX-512) 5.0-5.7 ms against 7.0-7.9 and the question 12.9-14.7 ms against
-    12.7-13.8, where FBGEMM's packed float16 takes 2.5-3.0 ms; on the 2-core Intel Xeon VM (AVX-512
+    12.7-13.8 with tensor re-reads, where FBGEMM's packed float16 takes 2.5-3.4 ms and the question,
+    with the compiled loops, 8.1 ms against 9.9 for the columns; on the 2-core Intel Xeon VM (AVX-512
     fp16 and bf16, AMX) the float16 scan took 7.2 ms against 6.9 for the columns and the question
     23.3 against 12.5 ms; with torch's scalar kernels (``ATEN_CPU_CAPABILITY=default``) float16 is
     converted value by value and takes several times the columns' time.
