@@ -1,12 +1,10 @@
 """store/packed_half.py: the float16 copy packed for FBGEMM stays within its error bound, grows in
 small then large blocks with every snapshot unchanged, and gives the exact top-k through the scan."""
 import math
-import re
 
 import pytest
 import torch
 
-from magma_torch.config.schema import ConfigError
 from magma_torch.query.similarity import Similarity, SimilarityConfig
 from magma_torch.store import packed_half
 from magma_torch.store.integrity import problems
@@ -120,8 +118,23 @@ def test_a_store_keeps_the_packed_copy_checks_it_and_records_its_name(small_bloc
     assert "events.scan_embeddings' packed blocks are not the float16 copy of events.embeddings" in problems(store)
 
 
-def test_a_store_without_fbgemm_refuses_the_packed_copy_by_name(monkeypatch):
+def test_where_fbgemm_is_missing_the_packed_copy_gives_way_to_autos_and_a_saved_memory_opens(monkeypatch, caplog,
+                                                                                               tmp_path):
+    """The packed copy is a speed setting: a memory saved with it on an x86 CPU loads on a torch
+    without FBGEMM (an ARM one) or onto CUDA, taking auto's copy with a warning that names it."""
+    from magma_torch import MagmaMemory
+
+    mem = MagmaMemory(config={"scan_dtype": packed_half.NAME, "slow_path": {"background": False}}, consolidation="none")
+    mem.add_many([{"text": f"event {i} about the garden", "timestamp": 1_700_000_000 + i, "stream": "s"}
+                  for i in range(5)])
+    assert mem.store.events.scan_packed
+    want = mem.retrieve("what about the garden?").context_ids
+    mem.save(tmp_path / "m")
+    mem.close()
     monkeypatch.setattr(packed_half, "available", lambda: False)
-    message = "MemoryStore.scan_dtype: float16_packed needs FBGEMM on the CPU (x86 builds of torch), not cpu with "
-    with pytest.raises(ConfigError, match="^" + re.escape(message) + ".*; use auto or float16$"):
-        MemoryStore(8, scan_dtype=packed_half.NAME)
+    store = MemoryStore(8, scan_dtype=packed_half.NAME)
+    assert not store.events.scan_packed
+    assert "MemoryStore.scan_dtype: float16_packed needs FBGEMM on the CPU (x86 builds of torch), not cpu" in caplog.text
+    loaded = MagmaMemory.load(tmp_path / "m")
+    assert not loaded.store.events.scan_packed and loaded.retrieve("what about the garden?").context_ids == want
+    loaded.close()

@@ -1,9 +1,14 @@
 """query/similarity.py: the matrix, the float32 columns and the half-precision scan give the same
 exact cosines and top-k."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from magma_torch.query.similarity import SAMPLE_STRIDE, Similarity, SimilarityConfig
+from magma_torch.testing import with_package
 
 MATRIX, SCAN = SimilarityConfig(matrix_min_batch=1), SimilarityConfig(matrix_min_batch=10**9)
 
@@ -102,3 +107,41 @@ def test_pairs_with_a_floor_are_exact_above_it(compiled):
     above = exact >= floor
     assert torch.allclose(got[above], exact[above], rtol=0, atol=1e-12)   # exact where a decision reads it
     assert bool((got[~above] < floor).all())                   # approximate below, but still below
+
+
+THREADED = """
+import threading, numba, torch
+torch.set_num_threads(1)
+from magma_torch import MagmaMemory
+from magma_torch.config.schema import SimilarityConfig
+from magma_torch.query.similarity import Similarity
+mem = MagmaMemory(config={"slow_path": {"background": False}}, consolidation="none")
+mem.add_many([{"text": f"turn {i} about the garden", "timestamp": 1_700_000_000 + 60 * i, "stream": "s"}
+              for i in range(40)])
+mem.retrieve("what about the garden?")       # every compiled step, in a question's order
+after_retrieve = torch.get_num_threads()
+emb = torch.nn.functional.normalize(torch.randn(20000, 32), dim=1)
+seen = []
+def work():
+    for _ in range(20):
+        q = torch.nn.functional.normalize(torch.randn(1, 32), dim=1)
+        Similarity(emb, emb.half(), q, SimilarityConfig(matrix_min_batch=10**9), compiled=True).top_k(500)
+    seen.append(numba.get_num_threads())
+threads = [threading.Thread(target=work) for _ in range(2)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(numba.threading_layer(), after_retrieve, torch.get_num_threads(), max(seen))
+"""
+
+
+@with_package("numba", extra="fast")
+@pytest.mark.parametrize("layer", ["default", "workqueue"])
+def test_the_compiled_loops_keep_torchs_threads_and_two_readers_share_them(layer):
+    """In a fresh process (numba's pool starts once): a user's torch.set_num_threads(1) survives a
+    retrieval's parallel loops, which run on one thread too; two threads reading at once under
+    numba's workqueue layer, which is not thread-safe, take turns instead of aborting."""
+    env = {**os.environ, **({"NUMBA_THREADING_LAYER": "workqueue"} if layer == "workqueue" else {})}
+    run = subprocess.run([sys.executable, "-c", THREADED], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = run.stdout.split()
+    assert got[1:] == ["1", "1", "1"] and (got[0] == "workqueue") == (layer == "workqueue")

@@ -439,8 +439,8 @@ class MemoryConfig(Checked):
     # The copy of the embeddings small query batches read (query/similarity.py): float32 (kept as
     # columns [d, N]: one question's exact product, streamed), float16 or bfloat16 (rows that pre-filter the
     # dense top-k; exact fp32 scores decide), float16_packed (the same pre-filter from float16 rows packed
-    # for FBGEMM, x86 CPUs only: store/packed_half.py), or auto (on CPU the one whose product a probe times
-    # fastest, on CUDA float16: magma_torch/hardware.py).
+    # for FBGEMM, x86 CPUs only, else auto's copy with a warning: store/packed_half.py), or auto (on CPU
+    # the one whose product a probe times fastest, on CUDA float16: magma_torch/hardware.py).
     scan_dtype: str = setting("auto", OneOf(SCAN_DTYPES))
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     bm25: Bm25Config = field(default_factory=Bm25Config)

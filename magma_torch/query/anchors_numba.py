@@ -14,7 +14,7 @@ import numba
 import numpy as np
 import torch
 
-from magma_torch.query.similarity_numba import exact_cosine
+from magma_torch.query.similarity_numba import exact_cosine, parallel_threads
 
 
 def rrf_fuse(ranked: torch.Tensor, weight: torch.Tensor, signal: torch.Tensor, rank: torch.Tensor, k: int, top: int,
@@ -93,10 +93,11 @@ def context_ranking(cand: torch.Tensor, prev: torch.Tensor, nxt: torch.Tensor, n
     width = 2 * len(hop_weights) + 1
     cos, weight = np.zeros((2, width, *cand.shape), dtype=np.float32)
     sq = np.zeros(cand.shape, dtype=np.float32)
-    _windows(cand.contiguous().numpy(), prev.numpy(), nxt.numpy(), n, np.array(hop_weights, dtype=np.float32),
-             chain_dots.contiguous().numpy(), none if scan else sim.matrix.contiguous().numpy(), scan,
-             sim.queries.contiguous().numpy() if scan else none,
-             sim.embeddings.contiguous().numpy() if scan else none, sim.dtype == torch.float32, cos, weight, sq)
+    with parallel_threads():
+        _windows(cand.contiguous().numpy(), prev.numpy(), nxt.numpy(), n, np.array(hop_weights, dtype=np.float32),
+                 chain_dots.contiguous().numpy(), none if scan else sim.matrix.contiguous().numpy(), scan,
+                 sim.queries.contiguous().numpy() if scan else none,
+                 sim.embeddings.contiguous().numpy() if scan else none, sim.dtype == torch.float32, cos, weight, sq)
     dot = (torch.from_numpy(weight) * torch.from_numpy(cos)).sum(0)
     norm = torch.from_numpy(sq).clamp(min=0).sqrt().clamp(min=1e-12)
     score = torch.where(cand >= 0, dot / norm, torch.full_like(norm, -np.inf))

@@ -10,16 +10,36 @@ two rows in place, pairs split between the intra-op threads torch uses. Imported
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numba
 import numpy as np
 import torch
 
 
-def _set_threads() -> None:
-    """Run numba's parallel loops on as many threads as torch's operations (a user may change it)."""
-    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != threads:
+# Numba's workqueue pool (its layer where neither OpenMP nor TBB is, e.g. on macOS) aborts the
+# process when two threads enter it at once, as two readers of one memory would.
+_WORKQUEUE = threading.RLock()
+
+
+@contextlib.contextmanager
+def parallel_threads():
+    """Around numba's parallel loops: they run on as many threads as torch's operations, and torch's
+    count stays as it was (numba's OpenMP pool, launched by the first call, resets the OpenMP thread
+    count that torch reads: a user's ``torch.set_num_threads`` was lost); under the workqueue layer,
+    one caller at a time."""
+    wanted = torch.get_num_threads()
+    threads = max(1, min(wanted, numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != threads:     # the first call launches numba's pool
         numba.set_num_threads(threads)
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+    if numba.threading_layer() == "workqueue":
+        with _WORKQUEUE:
+            yield
+    else:
+        yield
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
@@ -44,9 +64,9 @@ def pair_cosines(queries: torch.Tensor, q_idx: torch.Tensor, rows: torch.Tensor,
     """queries[q_idx[i]] . rows[v_idx[i]] for every i, in ``dtype`` (float32 or float64), as
     store/tables.py's ``row_dots`` computes them up to the order of each sum."""
     out = np.empty(q_idx.numel(), dtype=np.float64)
-    _set_threads()
-    _pair_cosines(queries.contiguous().numpy(), q_idx.numpy(), rows.contiguous().numpy(), v_idx.numpy(),
-                  dtype == torch.float32, out)
+    with parallel_threads():
+        _pair_cosines(queries.contiguous().numpy(), q_idx.numpy(), rows.contiguous().numpy(), v_idx.numpy(),
+                      dtype == torch.float32, out)
     return torch.from_numpy(out).to(dtype)
 
 
@@ -61,20 +81,19 @@ def top_k(values: torch.Tensor, error: torch.Tensor | None, k: int, stride: int,
     k_eff = min(k, n)
     scan = error is not None
     matrix = values.float().contiguous().numpy() if scan else values.contiguous().numpy()
-    _set_threads()
-    floors = np.empty(b_size)
-    _band_floors(matrix, error.double().numpy() if scan else np.zeros(b_size), k_eff, stride, floors)
-    counts = np.empty(b_size, dtype=np.int64)
-    _count_at_least(matrix, floors, counts)
+    floors, counts = np.empty(b_size), np.empty(b_size, dtype=np.int64)
     offsets = np.zeros(b_size + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    band = np.empty(offsets[-1], dtype=np.int64)
-    _fill_at_least(matrix, floors, offsets, band)
-    q_idx = np.repeat(np.arange(b_size), counts)
-    exact = (pair_cosines(queries, torch.from_numpy(q_idx), rows, torch.from_numpy(band), dtype).double().numpy()
-             if scan else matrix[q_idx, band].astype(np.float64))
     out = np.full((b_size, k), -1, dtype=np.int64)
-    _best(offsets, band, exact, k_eff, out)
+    with parallel_threads():
+        _band_floors(matrix, error.double().numpy() if scan else np.zeros(b_size), k_eff, stride, floors)
+        _count_at_least(matrix, floors, counts)
+        np.cumsum(counts, out=offsets[1:])
+        band = np.empty(offsets[-1], dtype=np.int64)
+        _fill_at_least(matrix, floors, offsets, band)
+        q_idx = np.repeat(np.arange(b_size), counts)
+        exact = (pair_cosines(queries, torch.from_numpy(q_idx), rows, torch.from_numpy(band), dtype).double().numpy()
+                 if scan else matrix[q_idx, band].astype(np.float64))
+        _best(offsets, band, exact, k_eff, out)
     return torch.from_numpy(out)
 
 

@@ -6,19 +6,22 @@ a view that later appends never modify.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
 import torch
 from torch_geometric.data import HeteroData
 
-from magma_torch.config.schema import Bm25Config, ConfigError, MemoryConfig, check
+from magma_torch.config.schema import Bm25Config, MemoryConfig, check
 from magma_torch.hardware import auto_scan_dtype
 from magma_torch.store import packed_half
 from magma_torch.store.graph import GraphSnapshot, MultiGraph
 from magma_torch.store.keyword_index import KeywordIndex
 from magma_torch.store.tables import EntityTable, EpisodeTable, EventRow, EventTable
 from magma_torch.store.vector_index import VectorIndex
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,11 @@ class MemoryStore:
         scan = auto_scan_dtype(self.device) if scan_dtype == "auto" else (
             scan_dtype if scan_dtype == packed_half.NAME else getattr(torch, scan_dtype))
         if scan == packed_half.NAME and (self.device.type != "cpu" or not packed_half.available()):
-            raise ConfigError(f"MemoryStore.scan_dtype: {packed_half.NAME} needs FBGEMM on the CPU (x86 builds of "
-                              f"torch), not {self.device.type} with engines "
-                              f"{', '.join(torch.backends.quantized.supported_engines)}; use auto or float16")
+            # A speed setting, not the data's: a memory saved on an x86 CPU opens on any machine.
+            scan = auto_scan_dtype(self.device)
+            log.warning("MemoryStore.scan_dtype: %s needs FBGEMM on the CPU (x86 builds of torch), not %s with "
+                        "engines %s; taking auto's copy, %s", packed_half.NAME, self.device.type,
+                        ", ".join(torch.backends.quantized.supported_engines), scan)
         self.events = EventTable(dim, device, chain_span=chain_span, scan_dtype=scan)
         self.entities = EntityTable(dim, device)
         self.episodes = EpisodeTable(dim, device)
