@@ -144,4 +144,4 @@ def test_the_compiled_loops_keep_torchs_threads_and_two_readers_share_them(layer
     run = subprocess.run([sys.executable, "-c", THREADED], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     got = run.stdout.split()
-    assert got[1:] == ["1", "1", "1"] and (got[0] == "workqueue") == (layer == "workqueue")
+    assert got[1:] == ["1", "1", "1"] and (layer == "default" or got[0] == "workqueue")   # default: omp, tbb or workqueue
