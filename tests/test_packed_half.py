@@ -11,6 +11,7 @@ from magma_torch.store.integrity import problems
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow, scan_copy_name
 from magma_torch.testing import with_fbgemm
+from test_similarity import near_ties   # clustered unit vectors: cosines closer than float16 resolves
 
 pytestmark = with_fbgemm()
 SCAN = SimilarityConfig(matrix_min_batch=10**9)
@@ -64,15 +65,6 @@ def test_blocks_fill_small_then_large_and_a_snapshot_never_changes(small_blocks)
     assert len(bulk.data.blocks) == 7 and torch.equal(bulk.data.unpacked(), views[-1][2])
 
 
-def near_ties(n=3000, d=32, seed=0):
-    """Unit vectors in tight clusters: many cosines closer together than float16 can resolve."""
-    g = torch.Generator().manual_seed(seed)
-    centres = torch.randn(20, d, generator=g)
-    emb = centres[torch.randint(0, 20, (n,), generator=g)] + 1e-3 * torch.randn(n, d, generator=g)
-    q = torch.nn.functional.normalize(centres[:3] + 1e-3, dim=1)
-    return torch.nn.functional.normalize(emb, dim=1), q
-
-
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_scan_over_packed_rows_gives_the_exact_top_k_and_pairs(small_blocks, monkeypatch, compiled, dtype):
@@ -90,7 +82,7 @@ def test_the_scan_over_packed_rows_gives_the_exact_top_k_and_pairs(small_blocks,
     if dtype == torch.float64:   # in float32 the two ways' sums, in other orders, can swap cosines a rounding apart
         assert sim.top_k(500).tolist() == matrix.top_k(500).tolist()
     g = torch.Generator().manual_seed(2)
-    qi, nodes = torch.randint(0, 3, (4000,), generator=g), torch.randint(0, 3000, (4000,), generator=g)
+    qi, nodes = torch.randint(0, 4, (4000,), generator=g), torch.randint(0, 3000, (4000,), generator=g)
     torch.testing.assert_close(sim.pairs(qi, nodes), matrix.pairs(qi, nodes), rtol=0, atol=1e-6)
     floor = float(matrix.pairs(qi, nodes).median())
     got, want = sim.pairs(qi, nodes, floor=floor), matrix.pairs(qi, nodes)

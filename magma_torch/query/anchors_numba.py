@@ -14,7 +14,7 @@ import numba
 import numpy as np
 import torch
 
-from magma_torch.query.similarity_numba import exact_cosine, parallel_threads
+from magma_torch.query.similarity_numba import best_first, exact_cosine, parallel_threads
 
 
 def rrf_fuse(ranked: torch.Tensor, weight: torch.Tensor, signal: torch.Tensor, rank: torch.Tensor, k: int, top: int,
@@ -49,7 +49,7 @@ def _fuse(ranked, weight, signal, rank, k, num_nodes, ids, scores, ranks):
                 node[g], fused[g] = v, 0.0
                 g += 1
             fused[group_of[v]] += (1.0 / (k + rank[t])) * weight[t]   # as torch computes w / x for a tensor x
-        best = _best(node[:g], fused[:g], top)
+        best = best_first(node[:g], fused[:g], top)
         for j in range(best.shape[0]):
             ids[b, j], scores[b, j] = node[best[j]], fused[best[j]]
         for j in range(best.shape[0]):
@@ -60,22 +60,6 @@ def _fuse(ranked, weight, signal, rank, k, num_nodes, ids, scores, ranks):
                 ranks[b, -2 - group_of[v], signal[t]] = rank[t]
         for i in range(g):
             group_of[node[i]] = -1
-
-
-@numba.njit(cache=True, nogil=True)
-def _best(node, fused, top):
-    """Indices of the ``top`` highest ``fused``, best first, ties to the lower ``node``."""
-    g = node.shape[0]
-    if g > top:      # a partial selection first: the top-th highest score, and the ties at it by node
-        bound = -np.partition(-fused, top - 1)[top - 1]
-        above = np.nonzero(fused > bound)[0]
-        tied = np.nonzero(fused == bound)[0]
-        tied = tied[np.argsort(node[tied])][:top - above.shape[0]]
-        keep = np.concatenate((above, tied))
-    else:
-        keep = np.arange(g)
-    by_node = keep[np.argsort(node[keep])]
-    return by_node[np.argsort(-fused[by_node], kind="mergesort")]
 
 
 def context_ranking(cand: torch.Tensor, prev: torch.Tensor, nxt: torch.Tensor, n: int, hop_weights: list[float],
@@ -160,10 +144,7 @@ def _cosine(matrix, scan, queries, rows, round32, b, v):
 @numba.njit(cache=True, nogil=True)
 def _best_views(cand, scores, out):
     """Per row, the ids of the best finite scores, best first, ties to the lower id (top_ids)."""
-    k = out.shape[1]
     for b in range(cand.shape[0]):
         keep = np.nonzero(np.isfinite(scores[b]))[0]
-        by_id = keep[np.argsort(cand[b][keep], kind="mergesort")]
-        best = by_id[np.argsort(-scores[b][by_id], kind="mergesort")]
-        for i in range(min(k, best.shape[0])):
-            out[b, i] = cand[b, best[i]]
+        best = keep[best_first(cand[b][keep], scores[b][keep], out.shape[1])]
+        out[b, :best.shape[0]] = cand[b][best]

@@ -134,10 +134,24 @@ def _fill_at_least(values, floors, offsets, band):
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _best(offsets, band, exact, k, out):
-    """The k best of each row's band by ``exact``, best first; the band's ids ascend, so the stable
-    sort puts ties in id order."""
+    """The k best of each row's band by ``exact``, best first, ties to the lower id."""
     for b in numba.prange(offsets.shape[0] - 1):
         lo, hi = offsets[b], offsets[b + 1]
-        order = np.argsort(-exact[lo:hi], kind="mergesort")
-        for i in range(min(k, hi - lo)):
-            out[b, i] = band[lo + order[i]]
+        best = best_first(band[lo:hi], exact[lo:hi], k)
+        out[b, :best.shape[0]] = band[lo:hi][best]
+
+
+@numba.njit(cache=True, nogil=True)
+def best_first(ids, scores, top):
+    """Indices of the ``top`` highest ``scores``, best first, ties to the lower of ``ids`` (distinct)."""
+    g = ids.shape[0]
+    if g > top:      # a partial selection first: the top-th highest score, and the ties at it by id
+        bound = -np.partition(-scores, top - 1)[top - 1]
+        above = np.nonzero(scores > bound)[0]
+        tied = np.nonzero(scores == bound)[0]
+        tied = tied[np.argsort(ids[tied])][:top - above.shape[0]]
+        keep = np.concatenate((above, tied))
+    else:
+        keep = np.arange(g)
+    by_id = keep[np.argsort(ids[keep])]
+    return by_id[np.argsort(-scores[by_id], kind="mergesort")]

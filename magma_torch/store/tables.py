@@ -23,6 +23,7 @@ def scan_copy_name(copy: torch.Tensor | packed_half.PackedView | None) -> str | 
         return None
     return packed_half.NAME if isinstance(copy, packed_half.PackedView) else str(copy.dtype)
 
+
 @dataclass
 class EventRow:
     """One event as the fast path hands it to the store."""
