@@ -463,13 +463,16 @@ def test_check_reports_a_broken_store(embedder):
         assert "temporal edge 2 -> 19 does not follow its stream's chain" in str(err.value)
 
 
-def test_check_reports_derived_columns_that_drifted_from_the_embeddings(embedder):
-    with MagmaMemory(config(), embedder=embedder) as mem:
+@pytest.mark.parametrize("scan_dtype", ["float32", "float16"])   # the packed copy's check: test_packed_half.py
+def test_check_reports_derived_columns_that_drifted_from_the_embeddings(embedder, scan_dtype):
+    cfg = config()
+    cfg.scan_dtype = scan_dtype       # pinned: auto's pick depends on the CPU
+    with MagmaMemory(cfg, embedder=embedder) as mem:
         mem.add_many(records()[:20])
         mem.check()
         mem.store.events.chain_dots.data[7, 0] += 0.5
         copy = mem.store.events.scan_embeddings.data
-        copy[..., 3] = 0              # event 3 in a [d, N] copy (auto on CPU), dimension 3 in a [N, d] one
+        copy[..., 3] = 0              # event 3 in float32's [d, N] columns, dimension 3 in float16's [N, d] rows
         with pytest.raises(IntegrityError, match=f"(?s)scan_embeddings is not the {copy.dtype} copy.*chain_dots differ"):
             mem.check()
 
