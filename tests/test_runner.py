@@ -129,6 +129,8 @@ def test_a_key_the_schema_lacks_a_wrong_type_or_a_value_out_of_range_fails_in_on
                                     "got [1000.5]"),
     # before: refused only after every memory was built and every question retrieved
     ("objective=recall_all@3000tok", "objective=recall_all@3000tok is not a metric of this run"),
+    # before: refused after the whole run (LoCoMo's schema, the demo's too, names no evidence sessions)
+    ("objective=session_recall_all@10", "objective=session_recall_all@10 is not a metric of this run"),
 ])
 def test_bad_recall_cut_offs_or_objective_fail_in_one_line_before_any_work(tmp_path, override, named):
     refused_before_any_work(tmp_path, override, named)

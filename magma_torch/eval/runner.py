@@ -21,7 +21,8 @@ from magma_torch.config.resolve import ConfigError
 from magma_torch.errors import MagmaError
 from magma_torch.eval import progress
 from magma_torch.eval.cli import check_run_config, consolidates_with_reader, fail
-from magma_torch.eval.datasets import Sample, dataset_categories, load_dataset, select_samples, selection_size
+from magma_torch.eval.datasets import (Sample, dataset_categories, has_session_evidence, load_dataset, select_samples,
+                                      selection_size)
 from magma_torch.eval.metrics import (RETRIEVAL_MS, percentile, recall_all_at_k, recall_all_at_tokens,
                                       recall_any_at_k)
 from magma_torch.eval.plots import plot_categories
@@ -409,7 +410,9 @@ def run_and_report(cfg: DictConfig) -> float | None:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         # the objective's name checked before the run, against the names its overall block can hold
-        objective_value({"overall": summarise([], cfg.task, recall_keys(cfg.task, None))}, cfg.objective)
+        # (no session columns where no question can name its sessions: rows [] has none)
+        keys = recall_keys(cfg.task, None if has_session_evidence(cfg.dataset.name) else [])
+        objective_value({"overall": summarise([], cfg.task, keys)}, cfg.objective)
         metrics = run(cfg, out)
         value = objective_value(metrics, cfg.objective)
     except (Terminated, KeyboardInterrupt) as err:

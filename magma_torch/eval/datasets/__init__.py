@@ -11,7 +11,7 @@ from .longmemeval import QUESTION_TYPES, load_longmemeval
 from .select import check_limit, check_sample_ids, parse_shard, select_samples, selection_size
 
 __all__ = ["Turn", "Question", "Sample", "DatasetError", "load_locomo", "load_demo", "load_longmemeval",
-           "load_dataset", "dataset_categories", "select_samples", "check_limit", "check_sample_ids", "parse_shard",
+           "load_dataset", "dataset_categories", "has_session_evidence", "select_samples", "check_limit", "check_sample_ids", "parse_shard",
            "selection_size"]
 
 LONGMEMEVAL = ("longmemeval_s", "longmemeval_m", "longmemeval_oracle")
@@ -37,3 +37,9 @@ def dataset_categories(name: str) -> tuple[str, ...]:
     if name in LONGMEMEVAL:
         return QUESTION_TYPES
     return _LOCOMO_ORDER
+
+
+def has_session_evidence(name: str) -> bool:
+    """Whether a dataset's questions name the sessions that hold their answers (LongMemEval's do),
+    so that its runs have session-level recall columns."""
+    return name in LONGMEMEVAL
