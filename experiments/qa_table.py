@@ -43,6 +43,18 @@ def cost(block: dict) -> tuple[str, str]:
             number(per.get("seconds"), 1))
 
 
+# what row() reads of a task=qa metrics.json (DESIGN.md's contract), block by block
+FIELDS = {None: ("n_questions", "overall", "by_category", "judging"), "answering": ("failed",)}
+
+
+def _check_fields(path: Path, metrics: dict) -> None:
+    for block, keys in FIELDS.items():
+        where = metrics if block is None else metrics[block]
+        missing = [k for k in keys if not isinstance(where, dict) or k not in where]
+        if missing:
+            raise CompareError(f"{path}: no {', '.join(missing)}" + (f" in {block}" if block else ""))
+
+
 def row(name: str, metrics: dict) -> list[str]:
     overall, adversarial = metrics["overall"], metrics["by_category"].get("adversarial", {})
     (reader_tokens, reader_s), (judge_tokens, judge_s) = cost(metrics["answering"]), cost(metrics["judging"])
@@ -59,6 +71,7 @@ def table(root: Path, compare: tuple[tuple[str, str], ...] = COMPARE, resamples:
         metrics = read_json_object(path)     # a damaged one: DamagedFileError naming it
         if "answering" not in metrics:
             raise CompareError(f"{path.parent}: not a task=qa run")
+        _check_fields(path, metrics)
         runs[path.parent.name] = (path.parent, metrics)
     if not runs:
         raise CompareError(f"{root}: no finished run folder (<memory>/metrics.json) below it")

@@ -127,6 +127,19 @@ def test_qa_table_writes_every_memory_and_the_interval(tmp_path):
     assert "over the 2 questions of categories 1-4, 10,000 resamples, seed 0" in lines[-1]
 
 
+@pytest.mark.parametrize("drop, named", [(("by_category",), "no by_category"),
+                                          (("answering", "failed"), "no failed in answering")])
+def test_qa_table_names_the_field_a_metrics_json_lacks(tmp_path, capsys, drop, named):
+    # before: a raw KeyError from row()
+    metrics = make_run(tmp_path, "magma", {"q1": 1.0, "q2": 0.5}) / "metrics.json"
+    data = json.loads(metrics.read_text())
+    del (data if len(drop) == 1 else data[drop[0]])[drop[-1]]
+    metrics.write_text(json.dumps(data))
+    with pytest.raises(SystemExit) as stop:
+        qa_table.main([str(tmp_path)])
+    assert stop.value.code == 2 and capsys.readouterr().err == f"qa_table: error: {metrics}: {named}\n"
+
+
 def test_qa_table_names_an_empty_folder(tmp_path):
     proc = subprocess.run([sys.executable, str(QA_TABLE), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip() == f"qa_table: error: {tmp_path}: no finished run folder " \
