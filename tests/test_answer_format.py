@@ -13,6 +13,7 @@ from magma_torch.llm.base import Generation
     ("2024-02-29", "29 February 2024"),                       # a leap day
     ("2023-02-29", "2023-02-29"),                             # no such day: left
     ("2023-13-01", "2023-13-01"),                             # no such month: left
+    ("0000-05-07", "0000-05-07"),                             # no year 0: left (before: "7 May 0")
     ("call 555-1234", "call 555-1234"),
     ("order 2023-05-07-12", "order 2023-05-07-12"),           # part of a longer number
     ("7 May 2023", "7 May 2023"),

@@ -29,7 +29,7 @@ def check_date_style(dates: str) -> None:
 
 def _in_words(m: re.Match) -> str:
     year, month = int(m[1]), int(m[2])
-    if not 1 <= month <= 12:
+    if not 1 <= month <= 12 or year == 0:     # the calendar has no year 0 (1 BC precedes AD 1)
         return m[0]
     if m[3] is None:
         return f"{calendar.month_name[month]} {year}"
@@ -39,7 +39,7 @@ def _in_words(m: re.Match) -> str:
 
 def spell_out_dates(text: str) -> str:
     """ISO dates in ``text`` written as the prompts ask: 2023-05-07 -> 7 May 2023, 2023-07 -> July
-    2023. Anything that is not a valid date (2023-13-01, 2023-02-30, a phone number) is left."""
+    2023. Anything that is not a valid date (2023-13-01, 2023-02-30, 0000-05-07, a phone number) is left."""
     return _ISO_DATE.sub(_in_words, text)
 
 
