@@ -1,6 +1,8 @@
 """ingest.bulk: edges are validated before anything is written."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -27,6 +29,35 @@ def test_a_repeated_causal_edge_is_refused_and_nothing_of_the_batch_is_written()
         bulk.add_links(store, causal=(torch.tensor([0, 1]), torch.tensor([1, 2])))
     src, dst, _ = store.graph.edges("causal")
     assert list(zip(src.tolist(), dst.tolist(), strict=True)) == [(1, 2)]
+    assert integrity.problems(store) == []
+
+
+def test_a_causal_link_the_slow_path_stores_during_the_check_is_not_stored_twice(monkeypatch):
+    """The slow path writes links under the store's lock (worker._write, after has_causal); add_links
+    checks and writes under one hold of it, so a link stored meanwhile is not written again."""
+    # before: the check ran outside the lock; the link was written by both, and integrity.check
+    # reported 'causal edge 1 -> 2 appears 2 times'
+    store = MemoryStore(dim=4)
+    emb = torch.nn.functional.normalize(torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    bulk.add_events(store, [EventRow(text=f"turn {i}", timestamp=1000.0 + i, stream="s") for i in range(3)], emb)
+
+    def slow_path_write():
+        with store.lock:
+            if not store.graph.has_causal(1, 2):
+                store.graph.add_edges("causal", torch.tensor([1]), torch.tensor([2]), torch.tensor([0.9]))
+
+    checked, writer = bulk._checked_links, threading.Thread(target=slow_path_write)
+
+    def check_then_let_the_slow_path_run(*args):
+        out = checked(*args)
+        writer.start()
+        writer.join(timeout=1.0)      # it waits for the lock, if add_links holds it
+        return out
+
+    monkeypatch.setattr(bulk, "_checked_links", check_then_let_the_slow_path_run)
+    bulk.add_links(store, causal=(torch.tensor([1]), torch.tensor([2])))
+    writer.join()
+    assert store.graph.num_edges("causal") == 1
     assert integrity.problems(store) == []
 
 

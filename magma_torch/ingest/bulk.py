@@ -78,6 +78,16 @@ def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = No
     (a stream's rows follow its time order, so the cause precedes the effect in time, and
     the causal graph stays acyclic without a path search), and mentions (event, entity). Each edge
     once: a repeat within the call, or of a causal link or mention already stored, is refused."""
+    # Checked and written under one hold of the lock: the slow path stores causal links and
+    # mentions too, and one it stored between the check and the write would be stored twice.
+    with store.lock:
+        checked = _checked_links(store, semantic, causal, mentions)
+        for rel, (src, dst, weight) in checked.items():
+            store.graph.add_edges(rel, src, dst, weight)
+
+
+def _checked_links(store: MemoryStore, semantic, causal, mentions) -> dict[str, tuple]:
+    """add_links' edges by relation as (src, dst, weight) tensors, each checked against its rules."""
     n, m = len(store.events), len(store.entities)
     checked = {}
     for rel, edges, hi_dst in (("semantic", semantic, n), ("causal", causal, n), ("entity", mentions, m)):
@@ -102,9 +112,7 @@ def add_links(store: MemoryStore, semantic: tuple[torch.Tensor, ...] | None = No
         _check_edge(rel, stored, src, dst, "is already stored")
         _check_edge(rel, again, src, dst, "repeats an earlier edge of this call")
         checked[rel] = (src, dst, weight)
-    with store.lock:
-        for rel, (src, dst, weight) in checked.items():
-            store.graph.add_edges(rel, src, dst, weight)
+    return checked
 
 
 def _check_rows(what: str, embeddings: torch.Tensor, rows: int, dim: int) -> None:
