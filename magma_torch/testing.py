@@ -157,7 +157,10 @@ def is_acyclic(edges) -> bool:
 
 def abandon(mem) -> None:
     """Drop a ``MagmaMemory`` the way kill -9 would: no checkpoint, no flush beyond what its
-    adds fsynced; its folder lock is released, so the same process can reopen the store."""
+    adds fsynced, and no consolidation after the batch in flight (queued events stay pending); its
+    folder lock is released, so the same process can reopen the store."""
+    if mem.worker is not None:
+        mem.worker.stop(finish_queue=False)   # a killed process consolidates nothing more
     mem.close(checkpoint=False)
 
 

@@ -77,6 +77,31 @@ def test_replay_reproduces_the_original_ingest(embedder, tmp_path):
         back.check()
 
 
+def test_abandon_leaves_the_background_queue_pending_as_a_kill_would(embedder, tmp_path):
+    # before: testing.abandon closed the memory as close() does, so its background slow path
+    # consolidated the whole queue first
+    cfg = config(background=True)
+    cfg.slow_path.batch_size = 5
+    mem = MagmaMemory(cfg, store_dir=tmp_path, durable=True, embedder=embedder)
+    inside, go_on, consolidate = threading.Event(), threading.Event(), mem.worker._consolidate
+
+    def first_batch_waits(batch):
+        inside.set()
+        go_on.wait(timeout=60)
+        consolidate(batch)
+
+    mem.worker._consolidate = first_batch_waits
+    mem.add_many(records()[:20])
+    assert inside.wait(timeout=60)                # the first batch of 5 is in flight
+    gone = threading.Thread(target=abandon, args=(mem,))
+    gone.start()
+    while gone.is_alive() and not mem.worker._stop:
+        time.sleep(0.01)
+    go_on.set()
+    gone.join(timeout=60)
+    assert not gone.is_alive() and mem.worker.pending() == 15     # the batch in flight, no more
+
+
 def test_consolidation_resumes_after_a_crash_without_repeats_or_gaps(embedder, tmp_path):
     recs = records()
     half = len(recs) // 2
