@@ -11,8 +11,8 @@ from .longmemeval import QUESTION_TYPES, load_longmemeval
 from .select import check_limit, check_sample_ids, parse_shard, select_samples, selection_size
 
 __all__ = ["Turn", "Question", "Sample", "DatasetError", "load_locomo", "load_demo", "load_longmemeval",
-           "load_dataset", "dataset_categories", "has_session_evidence", "select_samples", "check_limit", "check_sample_ids", "parse_shard",
-           "selection_size"]
+           "load_dataset", "dataset_categories", "has_session_evidence", "select_samples", "check_limit",
+           "check_sample_ids", "parse_shard", "selection_size"]
 
 LONGMEMEVAL = ("longmemeval_s", "longmemeval_m", "longmemeval_oracle")
 DATASETS = ("locomo", "demo", *LONGMEMEVAL)
