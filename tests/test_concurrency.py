@@ -1,5 +1,7 @@
 """Readers running while writers add, the slow path consolidates and checkpoints land see
 consistent stores: no torn CSR views, no index/graph mismatch, nothing dangling."""
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -169,3 +171,46 @@ def test_retrieve_during_forget_never_returns_an_event_forgotten_before_it_start
         mem.check()
     print(f"\nforget under readers: {reads[0]} retrievals during 3 forgets of {len(gone[-1])} events, "
           "none returned after its forget")
+
+
+
+# Run in a child process: a deadlock cannot be undone, and a hung thread holding the worker's lock
+# would hang this process's exit too; the child reports and leaves with os._exit.
+_DEADLOCK_CHILD = """
+import os, threading
+from magma_torch import MagmaMemory
+mem = MagmaMemory(config={"slow_path": {"background": True}}, consolidation="none")
+mem.add_many([{"text": f"turn {i}", "timestamp": 1_700_000_000 + i, "stream": "s"} for i in range(5)])
+mem.worker.drain()
+reader_holds_the_store, go_on, statuses = threading.Event(), threading.Event(), []
+
+def reader():   # events()' order: the store's lock, then the worker's
+    with mem.store.lock:
+        reader_holds_the_store.set()
+        go_on.wait(timeout=60)
+        statuses.append(mem.worker.statuses(range(5)))
+
+r = threading.Thread(target=reader, daemon=True)
+r.start()
+reader_holds_the_store.wait(timeout=60)
+checker = threading.Thread(target=mem.check, daemon=True)   # check(): paused(), then the store's lock
+checker.start()
+while mem.worker._holds == 0:
+    checker.join(timeout=0.01)
+go_on.set()
+r.join(timeout=30)
+checker.join(timeout=30)
+print("deadlock" if r.is_alive() or checker.is_alive() else [s for s, _ in statuses[0]], flush=True)
+os._exit(0)
+"""
+
+
+def test_listing_events_while_another_thread_checks_the_memory_does_not_deadlock():
+    """``events()`` holds the store's lock and then asks the worker for statuses; ``check()`` (and
+    save, forget, update) pauses the worker and then takes the store's lock. The pause no longer
+    holds the worker's lock inside it, so the two cannot wait on each other."""
+    # before: paused() held the worker's lock for its whole block: "deadlock" here, and two threads
+    # listing events and checking in loops deadlocked within seconds
+    proc = subprocess.run([sys.executable, "-c", _DEADLOCK_CHILD], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == str(["consolidated"] * 5)

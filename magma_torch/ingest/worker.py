@@ -94,14 +94,19 @@ class SlowPathWorker:
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """Hold the worker between batches: none is in flight or starts inside the block."""
+        """Hold the worker between batches: none is in flight or starts inside the block. The
+        worker's lock is not held inside it: callers take the store's lock next, and a reader that
+        holds the store's lock asks for statuses (``MagmaMemory.events``), so holding both the
+        other way round deadlocked the two."""
         with self._cv:
             # Announce the hold first, so a busy worker cannot start batch after batch ahead of it.
             self._holds += 1
-            try:
+        try:
+            with self._cv:
                 self._cv.wait_for(lambda: self._inflight == 0)
-                yield
-            finally:
+            yield
+        finally:
+            with self._cv:
                 self._holds -= 1
                 self._cv.notify_all()
 
