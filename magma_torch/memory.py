@@ -333,15 +333,17 @@ class MagmaMemory:
         s["namespace"] = self.namespace
         return s
 
-    def close(self, checkpoint: bool = True) -> None:
+    def close(self, checkpoint: bool = True, finish_queue: bool = True) -> None:
         """Stop the slow path (a persistent memory checkpoints first, unless ``checkpoint`` is
-        False) and release the LLM this memory built."""
+        False) and release the LLM this memory built. ``finish_queue`` False: the slow path stops
+        after its batch in flight, and the events still queued stay pending (a durable memory
+        consolidates them when it is opened again)."""
         try:
             if checkpoint and self._folder is not None and self._folder.holds_checkpoint():
                 self.checkpoint()
         finally:
             if self.worker is not None:   # None: the memory failed to build before its slow path
-                self.worker.close()
+                self.worker.close(finish_queue)
             if self._folder is not None:
                 self._folder.close()
             if self._owns_llm and self.llm is not None:
@@ -352,9 +354,7 @@ class MagmaMemory:
         """Close a memory that failed to build or open: no checkpoint, and the queue its checkpoint restored
         stays pending, for the caller never gets this memory (before: the worker consolidated all of it
         first, calling the LLM for each event, and the error waited for that)."""
-        if self.worker is not None:
-            self.worker.stop(finish_queue=False)
-        self.close(checkpoint=False)
+        self.close(checkpoint=False, finish_queue=False)
 
     def __enter__(self) -> "MagmaMemory":
         return self

@@ -159,9 +159,7 @@ def abandon(mem) -> None:
     """Drop a ``MagmaMemory`` the way kill -9 would: no checkpoint, no flush beyond what its
     adds fsynced, and no consolidation after the batch in flight (queued events stay pending); its
     folder lock is released, so the same process can reopen the store."""
-    if mem.worker is not None:
-        mem.worker.stop(finish_queue=False)   # a killed process consolidates nothing more
-    mem.close(checkpoint=False)
+    mem.close(checkpoint=False, finish_queue=False)   # a killed process consolidates nothing more
 
 
 def store_tensors(mem) -> dict:
