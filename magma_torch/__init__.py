@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 # import without them, e.g. on a GPU node that has only torch and PyG. Each error is exported from
 # the module that raises it, so importing magma_torch loads none of them (nor any eval module).
 _LAZY = {
-    "MagmaMemory": "memory", "QueryError": "memory", "AnswerError": "memory",
+    "MagmaMemory": "memory", "QueryError": "memory", "AnswerError": "memory", "MemoryClosedError": "memory",
     "StoredEvent": "events", "UnknownEventError": "events",
     "IngestError": "ingest.fast_path", "MissingNLPModel": "ingest.nlp", "ForgetError": "lifecycle",
     "CorruptSaveError": "store.persistence", "SaveNotFoundError": "store.persistence",

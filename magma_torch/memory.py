@@ -1,6 +1,7 @@
 """MagmaMemory: the facade that wires ingest, store and query together."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -43,6 +44,11 @@ class AnswerError(MagmaError, RuntimeError):
     """The reader LLM failed to generate an answer."""
 
 
+class MemoryClosedError(MagmaError, RuntimeError):
+    """A change asked of a memory after ``close()``: its slow path is stopped and, with a
+    ``store_dir``, its lock released, so the change would be neither consolidated nor kept."""
+
+
 class MagmaMemory:
     """A multi-graph memory: ``add`` events, ``consolidate``, ``retrieve``.
 
@@ -59,6 +65,7 @@ class MagmaMemory:
                  namespace: str = "default",
                  device: str | None = None, embedder: Embedder | None = None, llm: LLM | None = None,
                  store_dir: str | os.PathLike | None = None, durable: bool = False):
+        self._closed = False
         if durable and store_dir is None:
             raise NoStoreDirError("durable=True needs a store_dir")
         # A persistent memory lives in store_dir/<namespace> (magma_torch.store.durable).
@@ -133,12 +140,18 @@ class MagmaMemory:
     def _logs(self) -> bool:
         return self._folder is not None and self._folder.wal is not None
 
-    def _log(self, batch: fast_path.PreparedBatch) -> None:
-        self._log_record(batch.to_record(self.store))
+    def _journal(self, batch: fast_path.PreparedBatch) -> None:
+        """Log an add batch; called under the ingest lock before the batch is applied, so an add that
+        raced ``close()`` is refused here, not applied to a closed memory."""
+        if self._logs():
+            self._log_record(batch.to_record(self.store))
+        else:
+            self._check_open()
 
     def _log_record(self, record: dict) -> None:
         """Append one record (an add batch, a forget, an update) to the log; a memory without a log
-        has nothing to do."""
+        has nothing to do. The caller holds the ingest lock, under which ``close()`` marks a memory closed."""
+        self._check_open()
         if self._folder is not None:
             self._folder.log(record)
 
@@ -148,6 +161,7 @@ class MagmaMemory:
         if self._folder is None:
             raise NoStoreDirError("checkpoint() needs a memory opened with store_dir")
         with self.store.ingest_lock:  # every logged add is in the store, and none starts
+            self._check_open()
             self._folder.checkpoint(self._encode)
 
     def check(self) -> None:
@@ -198,7 +212,7 @@ class MagmaMemory:
         in time order is appended as without it. Durable like an add."""
         self._check_writable()
         ids, _ = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg,
-                                  journal=self._log if self._logs() else None, submit=self.worker.submit,
+                                  journal=self._journal, submit=self.worker.submit,
                                   insert=self._insert if backfill else None)
         self._checkpoint_when_due()
         return ids
@@ -208,9 +222,18 @@ class MagmaMemory:
             return lifecycle.backfill_rows(self, batch)
 
     def _check_writable(self) -> None:
+        self._check_open()
         if self._read_only_view_of is not None:
             raise ReadOnlyError(f"{self._read_only_view_of}: opened read-only, which never changes it; open it with "
                                 "MagmaMemory(store_dir=..., namespace=...) or MagmaMemory.load to change it")
+
+    def _check_open(self) -> None:
+        # Before, a closed memory took adds and gave them ids: with a store_dir they were written
+        # past its released lock and lost on reopening; without one they were never consolidated.
+        if self._closed:
+            raise MemoryClosedError("this memory is closed (close() was called, or its with-block ended): it takes "
+                                    "no add, forget, update, consolidate or checkpoint; open it again to change it "
+                                    "(MagmaMemory(store_dir=...) or MagmaMemory.load); reading it still works")
 
     def _checkpoint_when_due(self) -> None:
         if self._folder is not None and self._folder.checkpoint_due(self.config.durability.checkpoint_every):
@@ -337,11 +360,20 @@ class MagmaMemory:
         """Stop the slow path (a persistent memory checkpoints first, unless ``checkpoint`` is
         False) and release the LLM this memory built. ``finish_queue`` False: the slow path stops
         after its batch in flight, and the events still queued stay pending (a durable memory
-        consolidates them when it is opened again)."""
+        consolidates them when it is opened again). Closing a closed memory does nothing; a closed
+        memory can still be read (``retrieve``, ``events``, ``save``), and raises
+        ``MemoryClosedError`` for any change."""
+        if self._closed:
+            return
         try:
             if checkpoint and self._folder is not None and self._folder.holds_checkpoint():
                 self.checkpoint()
         finally:
+            store = getattr(self, "store", None)   # None: the memory failed to build before its store
+            # under the ingest lock: an add, forget or update in flight ends first; a later one is refused
+            # before it is logged or applied
+            with store.ingest_lock if store is not None else contextlib.nullcontext():
+                self._closed = True
             if self.worker is not None:   # None: the memory failed to build before its slow path
                 self.worker.close(finish_queue)
             if self._folder is not None:

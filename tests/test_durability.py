@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from durable_child import Ledger
-from magma_torch import MagmaMemory
+from magma_torch import MagmaError, MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.ingest.fast_path import IngestError
@@ -472,6 +472,40 @@ def test_a_store_is_open_once_at_a_time(embedder, tmp_path):
         MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder)
     mem.close()
     MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder).close()
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_closed_memory_refuses_changes_and_still_reads(embedder, tmp_path, durable):
+    """Before, a closed memory took adds and gave them ids: a durable one wrote them past its released lock,
+    and they were gone on reopening (or written into another process's memory); without a store_dir they
+    were never consolidated."""
+    mem = MagmaMemory(config(), store_dir=tmp_path / "store" if durable else None, durable=durable,
+                      embedder=embedder)
+    first = mem.add("I adopted a puppy called Rex.", "2023-05-08 13:56", speaker="A")
+    mem.close()
+    mem.close()   # a second close does nothing
+    changes = {"add": lambda: mem.add("Rex chewed my shoes.", "2023-05-09 10:00", speaker="A"),
+               "forget": lambda: mem.forget([first]), "update": lambda: mem.update(first, text="a cat"),
+               "consolidate": mem.consolidate}
+    if durable:
+        changes["checkpoint"] = mem.checkpoint
+    for name, change in changes.items():
+        with pytest.raises(MagmaError, match="this memory is closed"):
+            change()
+    assert [e.text for e in mem.events()] == ["I adopted a puppy called Rex."], "a refused change changed it"
+    assert "Rex" in mem.retrieve("What is the puppy called?").context
+    # an add that passed the first check as another thread closed the memory is refused under the ingest lock
+    racing = MagmaMemory(config(), store_dir=tmp_path / "racing" if durable else None, durable=durable,
+                         embedder=embedder)
+    checked = racing._check_writable
+    racing._check_writable = lambda: (checked(), racing.close())
+    with pytest.raises(MagmaError, match="this memory is closed"):
+        racing.add("Rex chewed my shoes.", "2023-05-09 10:00", speaker="A")
+    assert racing.stats()["events"] == 0
+    if durable:
+        with MagmaMemory(store_dir=tmp_path / "store", durable=True, embedder=embedder) as again:
+            assert [e.text for e in again.events()] == ["I adopted a puppy called Rex."]
+            assert again.add("Rex chewed my shoes.", "2023-05-09 10:00", speaker="A") == 1
 
 
 def test_check_reports_a_broken_store(embedder):

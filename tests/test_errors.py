@@ -17,7 +17,8 @@ def emb():
     return Embedder(device="cpu")
 
 BUILTIN_BASE = {
-    "IngestError": ValueError, "QueryError": ValueError, "AnswerError": RuntimeError, "UnknownEventError": KeyError,
+    "IngestError": ValueError, "QueryError": ValueError, "AnswerError": RuntimeError, "MemoryClosedError": RuntimeError,
+    "UnknownEventError": KeyError,
     "IntegrityError": RuntimeError, "MissingNLPModel": ImportError, "CorruptSaveError": ValueError,
     "NamespaceError": ValueError, "UnknownNamespaceError": FileNotFoundError,
     "NamespaceNotEmptyError": FileExistsError, "StoreInUseError": RuntimeError, "StoreMismatchError": ValueError,
@@ -95,6 +96,10 @@ def test_load_of_a_missing_folder_is_a_magma_error_and_a_file_not_found_error(tm
     with pytest.raises(FileNotFoundError, match=f"^{re.escape(str(missing))}: no such save folder$") as err:
         MagmaMemory.load(missing)
     refused(err.value, "SaveNotFoundError", FileNotFoundError)
+    export = tmp_path / "memory.jsonl"   # an export handed to load() instead of import_jsonl
+    export.write_text("{}\n")
+    with pytest.raises(FileNotFoundError, match=f"^{re.escape(str(export))}: a file, not a save folder$"):
+        MagmaMemory.load(export)
 
 
 def test_save_over_a_folder_that_is_not_a_save_is_a_magma_error_and_a_file_exists_error(emb, tmp_path):

@@ -544,18 +544,6 @@ def test_close_drains_the_queue(emb):
     assert m.worker.pending() == 0
 
 
-def test_consolidate_after_close_runs_inline(emb):
-    """Events added after close() are consolidated by consolidate() instead of hanging."""
-    m = make_mem(emb, consolidation="heuristic")
-    m.close()
-    i = m.add("A late turn.", "2023-05-08 10:00", speaker="Anna")
-    done = threading.Thread(target=m.consolidate, daemon=True)
-    done.start()
-    done.join(WAIT)  # hang guard only
-    assert not done.is_alive()
-    assert m.worker.status[i][0] == "consolidated" and m.worker.pending() == 0
-
-
 # ---------------------------------------------------------------- retrieval is read-only
 
 
