@@ -82,17 +82,19 @@ def question_row(sample: Sample, q, r, task) -> dict:
     return row
 
 
-def recall_keys(task, rows: list[dict] | None) -> list[str]:
-    """The recall columns: turn level always, session level when some row has session evidence
-    (``rows`` None: when any may, before the run)."""
+def recall_keys(task, sessions: bool) -> list[str]:
+    """The recall columns: turn level always, session level too with ``sessions``."""
     keys = ([f"recall_all@{k}" for k in task.recall_k] + [f"recall_any@{k}" for k in task.recall_any_k]
             + [f"recall_all@{b}tok" for b in task.recall_tokens])
-    session = ([f"session_recall_all@{k}" for k in task.recall_k]
-               + [f"session_recall_any@{k}" for k in task.recall_any_k])
-    # (task.recall_k and recall_any_k may both be empty: no session columns then)
-    if rows is None or any(k in r for k in session[:1] for r in rows):
-        return keys + session
-    return keys
+    if not sessions:
+        return keys
+    return keys + [f"session_recall_all@{k}" for k in task.recall_k] + [
+        f"session_recall_any@{k}" for k in task.recall_any_k]
+
+
+def has_session_columns(rows: list[dict]) -> bool:
+    """Whether some question row holds session-level recall (its question named its evidence sessions)."""
+    return any(k.startswith("session_recall_") for r in rows for k in r)
 
 
 def summarise(rows: list[dict], task, keys: list[str]) -> dict:
@@ -348,7 +350,7 @@ def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader,
     def total(key: str):
         return sum(b[key] for b in builds)
 
-    keys = recall_keys(cfg.task, rows)
+    keys = recall_keys(cfg.task, has_session_columns(rows))
     # sample_ids: the samples counted, so that readers of the folder's lines (compare, magma-aggregate)
     # leave out what a resume with a smaller dataset.limit kept but does not count
     # commit: the code of the attempt that finished the run (a resumed run's earlier attempts may differ)
@@ -410,8 +412,8 @@ def run_and_report(cfg: DictConfig) -> float | None:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         # the objective's name checked before the run, against the names its overall block can hold
-        # (no session columns where no question can name its sessions: rows [] has none)
-        keys = recall_keys(cfg.task, None if has_session_evidence(cfg.dataset.name) else [])
+        # (no session columns where no question can name its sessions)
+        keys = recall_keys(cfg.task, has_session_evidence(cfg.dataset.name))
         objective_value({"overall": summarise([], cfg.task, keys)}, cfg.objective)
         metrics = run(cfg, out)
         value = objective_value(metrics, cfg.objective)
