@@ -109,6 +109,38 @@ def test_pairs_with_a_floor_are_exact_above_it(compiled):
     assert bool((got[~above] < floor).all())                   # approximate below, but still below
 
 
+@pytest.mark.parametrize("score", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("copy", ["packed", "float16 rows"])
+def test_half_precision_scores_keep_the_scan_exact(score, copy):
+    """retrieval.score_dtype float16 or bfloat16 rounds the approximate cosines before they meet a floor
+    or the k-th one; before, the band ignored that: with bfloat16 scores and the packed copy, pairs at a
+    floor came back below it, top_k missed members of the exact top k and padded with -1."""
+    from magma_torch.store import packed_half
+
+    if copy == "packed" and not packed_half.available():
+        pytest.skip("this torch has no FBGEMM float16 GEMM")
+    g = torch.Generator().manual_seed(0)
+    n, d = 20000, 384                    # two packed blocks and 3,616 unpacked rows
+    centres = torch.randn(8, d, generator=g)
+    emb = torch.nn.functional.normalize(centres[torch.randint(0, 8, (n,), generator=g)]
+                                        + 0.6 * torch.randn(n, d, generator=g), dim=1)
+    q = torch.nn.functional.normalize(centres[:4] + 0.3 * torch.randn(4, d, generator=g), dim=1)
+    if copy == "packed":
+        rows = packed_half.PackedHalfRows(d)
+        rows.cover(emb)
+        scan_copy = rows.data
+    else:
+        scan_copy = emb.half()
+    sim = Similarity(emb, scan_copy, q, SCAN, score)
+    qi, nodes = torch.arange(4).repeat_interleave(n), torch.arange(n).repeat(4)
+    exact = sim.pairs(qi, nodes)                               # the same object's exact reads, in the score dtype
+    floor = float(exact.float().quantile(0.9))
+    got = sim.pairs(qi, nodes, floor=floor)
+    assert not bool(((exact >= floor) & (got < floor)).any())
+    want = [sorted(range(n), key=lambda v: (-float(r[v]), v))[:200] for r in exact.view(4, n)]
+    assert sim.top_k(200).tolist() == want
+
+
 THREADED = """
 import threading, numba, torch
 torch.set_num_threads(1)

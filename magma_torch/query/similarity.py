@@ -57,10 +57,24 @@ class Similarity:
             self.matrix = self.queries @ scan_embeddings.to(dtype)
         elif isinstance(scan_embeddings, PackedView):   # scan, FBGEMM's float16 product (store/packed_half.py)
             self.approx = scan_embeddings.product(self.queries, embeddings)
-            self.error = scan_embeddings.error_bound(self.queries).to(dtype)
+            self.error = self._scored_error(scan_embeddings.error_bound(self.queries))
         else:   # scan: approximate [B, N] cosines and the bound on their error, see the module doc
             self.approx = self.queries.to(scan_embeddings.dtype) @ scan_embeddings.T
-            self.error = 2 * torch.finfo(scan_embeddings.dtype).eps * torch.linalg.vector_norm(self.queries, dim=1)
+            self.error = self._scored_error(2 * torch.finfo(scan_embeddings.dtype).eps
+                                            * torch.linalg.vector_norm(self.queries.float(), dim=1))
+
+    def _scored_error(self, bound: torch.Tensor) -> torch.Tensor:
+        """[B] the scan's bound on |approximate - exact cosine|, widened by the rounding of the approximate
+        cosines to a score dtype narrower than theirs (up to eps(score dtype) |q|): ``pairs`` and the k-th
+        value of ``top_k`` compare them rounded. Kept in float32 or wider: rounded to bfloat16, the bound
+        itself could fall below the error. Before, with bfloat16 scores and the packed copy, pairs at a
+        floor came back below it and ``top_k`` missed members of the exact top k, even padding with -1."""
+        wide = torch.promote_types(self.dtype, torch.float32)
+        bound = bound.to(wide)
+        score_eps = torch.finfo(self.dtype).eps
+        if score_eps > torch.finfo(self.approx.dtype).eps:
+            bound = bound + score_eps * torch.linalg.vector_norm(self.queries.to(wide), dim=1)
+        return bound
 
     @staticmethod
     def way(batch_size: int, scan_embeddings: torch.Tensor | PackedView | None, cfg: SimilarityConfig) -> str:
