@@ -111,6 +111,46 @@ def test_a_store_keeps_the_packed_copy_checks_it_and_records_its_name(small_bloc
     assert "events.scan_embeddings' packed blocks are not the float16 copy of events.embeddings" in problems(store)
 
 
+def copy_problems(store):
+    return [p for p in problems(store) if "embeddings" in p or "rows for" in p]
+
+
+@pytest.fixture
+def engine():
+    """Sets torch's quantized engine for the process, as another library may, and puts it back."""
+    before = torch.backends.quantized.engine
+    yield lambda name: setattr(torch.backends.quantized, "engine", name)
+    torch.backends.quantized.engine = before
+
+
+def test_an_engine_that_cannot_pack_leaves_rows_unpacked_and_the_store_whole(small_blocks, engine):
+    """Before, an add that filled a block while qnnpack was selected failed halfway (its embeddings stored, the
+    rest of its events not, every later event's row then off by that many), and available() stayed False for
+    the whole process once it was first asked under such an engine."""
+    store = MemoryStore(8, scan_dtype=packed_half.NAME)
+    emb, q = unit_rows(60, 8), unit_rows(3, 8, seed=1)
+
+    def add(a, b):
+        store.append_events([EventRow(f"turn {i}", float(i), "s") for i in range(a, b)], emb[a:b],
+                            [["turn"]] * (b - a))
+
+    add(0, 10)
+    engine("qnnpack")
+    assert not packed_half.available()
+    with pytest.warns(RuntimeWarning, match="did not pack events 8-39"):
+        add(10, 40)
+    copy = store.snapshot().scan_embeddings
+    assert (copy.packed_rows, copy.num_rows, len(store.events)) == (8, 40, 40) and not copy_problems(store)
+    sim = Similarity(emb[:40], copy, q, SCAN, torch.float64)
+    assert sim.top_k(12).tolist() == [sorted(range(40), key=lambda v: (-float(emb[v].double() @ r.double()), v))[:12]
+                                      for r in q]
+    engine("x86")
+    assert packed_half.available()
+    add(40, 60)                          # packed again as the table fills blocks
+    copy = store.snapshot().scan_embeddings
+    assert (copy.packed_rows, copy.num_rows) == (60, 60) and not copy_problems(store)
+
+
 def test_where_fbgemm_is_missing_the_packed_copy_gives_way_to_autos_and_a_saved_memory_opens(monkeypatch, caplog,
                                                                                                tmp_path):
     """The packed copy is a speed setting: a memory saved with it on an x86 CPU loads on a torch

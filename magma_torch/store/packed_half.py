@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -32,9 +33,18 @@ SMALL_ROWS = 8192
 LARGE_ROWS = 4 * SMALL_ROWS
 
 
-@functools.cache
+PACKING_ENGINES = ("x86", "fbgemm")   # torch's quantized engines whose float16 prepack is FBGEMM's
+
+
 def available() -> bool:
-    """Whether this torch has FBGEMM's float16 GEMM (x86 builds; not ARM, not CUDA)."""
+    """Whether this torch can pack with FBGEMM's float16 GEMM now: an x86 build (not ARM, not CUDA), with
+    an FBGEMM engine selected (another library may select qnnpack or onednn for the process, and prepack
+    then refuses; before, that choice was cached for good)."""
+    return torch.backends.quantized.engine in PACKING_ENGINES and _fbgemm_packs()
+
+
+@functools.cache
+def _fbgemm_packs() -> bool:
     if "fbgemm" not in torch.backends.quantized.supported_engines:
         return False
     try:
@@ -50,8 +60,11 @@ def pack(rows: torch.Tensor):
     return torch.ops.quantized.linear_prepack_fp16(rows.half().float(), None)
 
 
-def unpack(packed) -> torch.Tensor:
-    return torch.ops.quantized.linear_unpack_fp16(packed)[0]
+def unpack(packed, dim: int) -> torch.Tensor:
+    """[rows, dim] float32: the values a block holds, as its product with the identity (exact: each sum has
+    one nonzero term). FBGEMM's own unpack refuses under another quantized engine; the product runs
+    under any (another library may select one for the process), so ``check()`` does too."""
+    return torch.ops.quantized.linear_dynamic_fp16(torch.eye(dim), packed).T
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,7 @@ class PackedView:
 
     def unpacked(self) -> torch.Tensor:
         """[packed_rows, d] float32: the values the blocks hold (integrity checks, tests)."""
-        return torch.cat([unpack(b) for b in self.blocks]) if self.blocks else torch.empty(0, self.dim)
+        return torch.cat([unpack(b, self.dim) for b in self.blocks]) if self.blocks else torch.empty(0, self.dim)
 
 
 class PackedHalfRows:
@@ -110,13 +123,21 @@ class PackedHalfRows:
         """Cover the table's float32 ``embeddings`` [n, d] (all of its rows; n never smaller than
         before): pack every large block they now fill, in place of its small ones, then every small one."""
         n = embeddings.shape[0]
-        while (len(self.large) + 1) * LARGE_ROWS <= n:
-            start = len(self.large) * LARGE_ROWS
-            self.large.append(pack(embeddings[start:start + LARGE_ROWS]))
-            self.small = []
-        while self.packed_rows + SMALL_ROWS <= n:
-            start = self.packed_rows
-            self.small.append(pack(embeddings[start:start + SMALL_ROWS]))
+        try:
+            while (len(self.large) + 1) * LARGE_ROWS <= n:
+                start = len(self.large) * LARGE_ROWS
+                self.large.append(pack(embeddings[start:start + LARGE_ROWS]))
+                self.small = []
+            while self.packed_rows + SMALL_ROWS <= n:
+                start = self.packed_rows
+                self.small.append(pack(embeddings[start:start + SMALL_ROWS]))
+        except RuntimeError as err:
+            # Prepack refused (another quantized engine selected in this process, or no memory): the rows
+            # stay unpacked, scored exactly from the float32 ones, and the next cover packs them. Before, the
+            # error failed the add halfway, its rows' embeddings stored and the rest of the event not.
+            warnings.warn(f"{NAME}: FBGEMM did not pack events {self.packed_rows}-{n - 1} (quantized engine "
+                          f"{torch.backends.quantized.engine!r}): they are scored from the float32 rows until it "
+                          f"does ({str(err).splitlines()[0]})", RuntimeWarning, stacklevel=2)
         self._len = n
 
     @property
