@@ -109,6 +109,26 @@ def test_pairs_with_a_floor_are_exact_above_it(compiled):
     assert bool((got[~above] < floor).all())                   # approximate below, but still below
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("way", ["matrix", "scan"])
+def test_identical_events_tie_to_the_lower_id_wherever_they_fall(way, compiled):
+    """Before, in the tensor programs: the matrix way of a small memory cut a tie across the k-th place where
+    torch.topk did, and one question's exact re-reads (a matrix-vector product) gave a chunk's last rows
+    values an ulp apart, so identical events ranked out of id order."""
+    g = torch.Generator().manual_seed(0)
+    d, n = 384, 300
+    twin = torch.nn.functional.normalize(torch.randn(n, d, generator=g), dim=1)[99]
+    q = torch.nn.functional.normalize(torch.randn(1, d, generator=g), dim=1)
+    emb = torch.nn.functional.normalize(-q.repeat(n, 1) + 0.01 * torch.randn(n, d, generator=g), dim=1)
+    emb[99:120] = emb[50] = twin                               # only the twins are near the question
+    sim = Similarity(emb, emb.half() if way == "scan" else None, q, SCAN if way == "scan" else MATRIX,
+                     torch.float32, compiled=compiled)
+    twins = torch.tensor([50, *range(99, 120)])
+    assert len(set(sim.pairs(torch.zeros(22, dtype=torch.long), twins).tolist())) == 1
+    assert sim.top_k(22).tolist() == [twins.tolist()]
+    assert sim.top_k(5).tolist() == [[50, 99, 100, 101, 102]]   # the tie across the 5th place: lower ids
+
+
 @pytest.mark.parametrize("score", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("copy", ["packed", "float16 rows"])
 def test_half_precision_scores_keep_the_scan_exact(score, copy):

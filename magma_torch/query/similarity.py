@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from magma_torch.config.schema import SimilarityConfig
-from magma_torch.query.segment import rank_in_group, top_ids, top_in_group
+from magma_torch.query.segment import rank_in_group, top_in_group
 from magma_torch.store.packed_half import PackedView
 from magma_torch.store.tables import COLUMNS_DTYPE, row_dots
 
@@ -137,9 +137,10 @@ class Similarity:
 
             return pair_cosines(self.queries, keys // self.num_events, self.embeddings, keys % self.num_events,
                                 self.dtype)
+        # summed in float64 and rounded, as the compiled loops sum them, so that both give one value per pair
         distinct, inverse = torch.unique(keys, return_inverse=True)
         q, v = distinct // self.num_events, distinct % self.num_events
-        return row_dots(self.queries, q, self.embeddings, v, self.dtype).index_select(0, inverse)
+        return row_dots(self.queries, q, self.embeddings, v, self.dtype, acc=torch.float64).index_select(0, inverse)
 
     def _approx_kth(self, k: int) -> torch.Tensor:
         """[B, 1] each row's k-th highest approximate cosine, in the score dtype: picked from the
@@ -152,10 +153,9 @@ class Similarity:
         return values.index_select(0, best).view(self.batch_size, k)[:, -1:].to(self.dtype)
 
     def top_k(self, k: int) -> torch.Tensor:
-        """[B, k] ids of each question's k most similar events, best first (ties: lower id;
-        an exact tie across the k-th place is cut to the lower id too, but where the matrix way
-        falls back to torch.topk, which cuts it as it does), -1 padded when there are fewer than
-        k events."""
+        """[B, k] ids of each question's k most similar events, best first (ties: lower id; an exact
+        tie across the k-th place is cut to the lower id too), -1 padded when there are fewer than k
+        events."""
         b_size, n = self.batch_size, self.num_events
         k_eff = min(k, n)
         out = torch.full((b_size, k), -1, dtype=torch.long, device=self.queries.device)
@@ -169,9 +169,9 @@ class Similarity:
                          self.queries, self.embeddings, self.dtype)
         if self.matrix is not None:
             r, e = self._above_sampled_bound(self.matrix, k_eff)
-            if r is None:
-                scores, ids = torch.topk(self.matrix, k_eff, dim=1)
-                return top_ids(ids, scores, k)                                 # ties: lower id
+            if r is None:   # every value at or above the row's k-th (torch.topk alone cut a tie across it anyhow)
+                kth = torch.topk(self.matrix, k_eff, dim=1).values[:, -1:]
+                r, e = (self.matrix >= kth).nonzero(as_tuple=True)
             exact = self.matrix.view(-1).index_select(0, r * n + e)
         else:   # every event within the error band of the k-th approximate cosine, rescored
             kth = self._approx_kth(k_eff)
