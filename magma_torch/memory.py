@@ -214,7 +214,7 @@ class MagmaMemory:
         ids, _ = fast_path.ingest(records, self.store, self.embedder, self.fast_cfg,
                                   journal=self._journal, submit=self.worker.submit,
                                   insert=self._insert if backfill else None)
-        self._checkpoint_when_due()
+        self._checkpoint_after_change(only_when_due=True)
         return ids
 
     def _insert(self, batch: fast_path.PreparedBatch) -> list[int]:
@@ -235,9 +235,18 @@ class MagmaMemory:
                                     "no add, forget, update, consolidate or checkpoint; open it again to change it "
                                     "(MagmaMemory(store_dir=...) or MagmaMemory.load); reading it still works")
 
-    def _checkpoint_when_due(self) -> None:
-        if self._folder is not None and self._folder.checkpoint_due(self.config.durability.checkpoint_every):
-            self.checkpoint()
+    def _checkpoint_after_change(self, only_when_due: bool = False) -> None:
+        """The checkpoint that ends a change (forget, consolidate; an add or update every
+        ``durability.checkpoint_every`` log records). None once the memory is closed: a ``close()``
+        that came after the change wrote it (before, the change was applied, and then reported
+        refused with ``MemoryClosedError``, so a caller that retried added it twice)."""
+        if self._folder is None:
+            return
+        with self.store.ingest_lock:
+            if self._closed or (only_when_due and not self._folder.checkpoint_due(
+                    self.config.durability.checkpoint_every)):
+                return
+            self._folder.checkpoint(self._encode)
 
     # ---- forget and update (magma_torch/lifecycle.py) ----
     def forget(self, ids: int | Iterable[int] | None = None, *, source_ids: str | Iterable[str] | None = None,
@@ -262,8 +271,7 @@ class MagmaMemory:
                     return lifecycle.Forgotten((), (), 0)
                 self._log_record(lifecycle.forget_record(tuple(self.store.events.ids[r] for r in rows)))
                 out = lifecycle.forget_rows(self, rows)
-        if self.path is not None:
-            self.checkpoint()
+        self._checkpoint_after_change()
         return out
 
     def update(self, event_id: int, text: str | None = None, timestamp=None) -> StoredEvent:
@@ -285,8 +293,9 @@ class MagmaMemory:
             with self.worker.paused(), self.store.lock:
                 self._log_record(lifecycle.update_record(event_id, new, emb))
                 lifecycle.update_row(self, row, new, emb)
-        self._checkpoint_when_due()
-        return self.event(event_id)
+            updated = self.event(event_id)   # before a forget in another thread can take it
+        self._checkpoint_after_change(only_when_due=True)
+        return updated
 
     @staticmethod
     def forget_namespace(store_dir: str | os.PathLike, namespace: str) -> None:
@@ -298,11 +307,15 @@ class MagmaMemory:
     def consolidate(self) -> None:
         """Block until the slow-path queue is drained; a persistent memory then checkpoints,
         so the consolidation is on disk (it is not logged: after a crash, what was
-        consolidated since the last checkpoint is queued again, never applied twice)."""
+        consolidated since the last checkpoint is queued again, never applied twice). A
+        ``close(finish_queue=False)`` in another thread meanwhile ends the wait with
+        ``MemoryClosedError`` (before, it never ended)."""
         self._check_writable()
         self.worker.drain()
-        if self.path is not None:
-            self.checkpoint()
+        left = self.worker.pending()
+        if self._closed and left:
+            raise MemoryClosedError(f"this memory was closed while consolidate() waited: {left} events stay pending")
+        self._checkpoint_after_change()
 
     # ---- query ----
     def retrieve(self, question: str, query_time=None, budget_tokens: int | None = None) -> Retrieval:
@@ -357,30 +370,34 @@ class MagmaMemory:
         return s
 
     def close(self, checkpoint: bool = True, finish_queue: bool = True) -> None:
-        """Stop the slow path (a persistent memory checkpoints first, unless ``checkpoint`` is
-        False) and release the LLM this memory built. ``finish_queue`` False: the slow path stops
-        after its batch in flight, and the events still queued stay pending (a durable memory
-        consolidates them when it is opened again). Closing a closed memory does nothing; a closed
-        memory can still be read (``retrieve``, ``events``, ``save``), and raises
-        ``MemoryClosedError`` for any change."""
-        if self._closed:
-            return
-        try:
-            if checkpoint and self._folder is not None and self._folder.holds_checkpoint():
-                self.checkpoint()
-        finally:
-            store = getattr(self, "store", None)   # None: the memory failed to build before its store
-            # under the ingest lock: an add, forget or update in flight ends first; a later one is refused
-            # before it is logged or applied
-            with store.ingest_lock if store is not None else contextlib.nullcontext():
-                self._closed = True
-            if self.worker is not None:   # None: the memory failed to build before its slow path
-                self.worker.close(finish_queue)
-            if self._folder is not None:
-                self._folder.close()
-            if self._owns_llm and self.llm is not None:
-                self.llm.close()
-                self._owns_llm = False
+        """Stop the slow path, then checkpoint a persistent memory (unless ``checkpoint`` is False),
+        and release the LLM this memory built. ``finish_queue`` False: the slow path stops after its
+        batch in flight, and the events still queued stay pending (a durable memory consolidates them
+        when it is opened again). Closing a closed memory does nothing; a closed memory can still be
+        read (``retrieve``, ``events``, ``save``), and raises ``MemoryClosedError`` for any change.
+
+        All of it under the ingest lock: an add, forget or update in flight ends first and is in the
+        checkpoint, a later one is refused before it is logged or applied, and a second close waits
+        and returns. Before, the checkpoint came first, outside it: an add between the two was
+        acknowledged and, without a log, lost; the slow path's last consolidation never reached the
+        checkpoint (an LLM consolidator was asked again on reopening); two closes at once closed the
+        log's descriptor twice."""
+        store = getattr(self, "store", None)   # None: the memory failed to build before its store
+        with store.ingest_lock if store is not None else contextlib.nullcontext():
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self.worker is not None:   # None: the memory failed to build before its slow path
+                    self.worker.close(finish_queue)
+                if checkpoint and self._folder is not None and self._folder.holds_checkpoint():
+                    self._folder.checkpoint(self._encode)
+            finally:
+                if self._folder is not None:
+                    self._folder.close()
+                if self._owns_llm and self.llm is not None:
+                    self.llm.close()
+                    self._owns_llm = False
 
     def _close_unopened(self) -> None:
         """Close a memory that failed to build or open: no checkpoint, and the queue its checkpoint restored

@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from magma_torch import MagmaMemory
+from magma_torch import MagmaError, MagmaMemory, lifecycle
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.text.embedder import Embedder
@@ -178,7 +178,7 @@ def test_retrieve_during_forget_never_returns_an_event_forgotten_before_it_start
 # would hang this process's exit too; the child reports and leaves with os._exit.
 _DEADLOCK_CHILD = """
 import os, threading
-from magma_torch import MagmaMemory
+from magma_torch import MagmaError, MagmaMemory, lifecycle
 mem = MagmaMemory(config={"slow_path": {"background": True}}, consolidation="none")
 mem.add_many([{"text": f"turn {i}", "timestamp": 1_700_000_000 + i, "stream": "s"} for i in range(5)])
 mem.worker.drain()
@@ -214,3 +214,147 @@ def test_listing_events_while_another_thread_checks_the_memory_does_not_deadlock
     proc = subprocess.run([sys.executable, "-c", _DEADLOCK_CHILD], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == str(["consolidated"] * 5)
+
+
+# ---------------------------------------------------------------- close() racing other threads
+
+
+def background(**durability):
+    cfg = load_group("memory", "magma")
+    cfg.slow_path.background = True
+    cfg.slow_path.batch_size = 4
+    for k, v in durability.items():
+        cfg.durability[k] = v
+    return cfg
+
+
+def turn(i: int) -> dict:
+    return {"text": f"Turn {i}: we talked about the garden and the violin.", "timestamp": 1_683_500_000 + 60 * i,
+            "speaker": "Ann" if i % 2 else "Bob"}
+
+
+def slowed(mem: MagmaMemory, seconds: float) -> None:
+    """Each slow-path batch takes ``seconds`` longer, so that a queue is still there when the test acts."""
+    propose = mem.worker.consolidator.propose
+
+    def slow(*args):
+        threading.Event().wait(seconds)
+        return propose(*args)
+    mem.worker.consolidator.propose = slow
+
+
+def test_an_add_during_close_is_kept_or_refused_and_close_checkpoints_the_finished_queue(embedder, tmp_path):
+    """Before, close() checkpointed first and then marked the memory closed: an add in between was acknowledged
+    and, with no log (store_dir without durable), gone on reopening; and the consolidation close() then waited
+    for never reached the checkpoint, so it was done again on reopening."""
+    mem = MagmaMemory(background(), store_dir=tmp_path, embedder=embedder)
+    slowed(mem, 0.3)
+    mem.add_many([turn(i) for i in range(12)])      # three batches: still queued when close() begins
+    outcome = {}
+
+    def add_late():
+        try:
+            outcome["id"] = mem.add(**turn(100))
+        except MagmaError as err:
+            outcome["refused"] = err
+
+    write = mem._folder.checkpoint
+    late = threading.Thread(target=add_late)
+
+    def checkpoint_with_an_add_in_flight(encode):
+        late.start()
+        late.join(0.2)       # it waits for close to finish
+        write(encode)
+    mem._folder.checkpoint = checkpoint_with_an_add_in_flight
+    mem.close()
+    late.join()
+    assert "refused" in outcome and "this memory is closed" in str(outcome["refused"])
+    view = MagmaMemory.open_readonly(tmp_path, embedder=embedder)
+    assert len(list(view.events())) == 12
+    assert {e.status for e in view.events()} == {"consolidated"}, "close() did not checkpoint its last consolidation"
+    view.close()
+
+
+def test_a_change_that_raced_close_is_applied_and_not_reported_refused(embedder, tmp_path):
+    """Before, forget (and add or update at a due checkpoint) ended with a checkpoint taken after it released
+    the ingest lock: a close() in between made that checkpoint raise MemoryClosedError for a change that was
+    applied and kept; and update read its event back there, after a forget in another thread could take it."""
+    mem = MagmaMemory(background(checkpoint_every=1), store_dir=tmp_path, durable=True, embedder=embedder)
+    ids = mem.add_many([turn(i) for i in range(6)])
+    after_change = mem._checkpoint_after_change
+
+    def close_first(**kw):
+        closing = threading.Thread(target=mem.close)
+        closing.start()
+        closing.join()
+        after_change(**kw)
+    mem._checkpoint_after_change = close_first
+    assert mem.forget([ids[0]]).ids == (ids[0],)
+    with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as again:
+        assert [e.id for e in again.events()] == ids[1:]
+        forgetting = []
+        update_row = lifecycle.update_row
+
+        def update_then_forget(*args):    # a forget of the same event from another thread, as the update lands
+            forgetting.append(threading.Thread(target=again.forget, args=([ids[1]],)))
+            forgetting[0].start()
+            return update_row(*args)
+        lifecycle.update_row = update_then_forget
+        try:
+            assert again.update(ids[1], text="Turn 1: we talked about the cello.").text.endswith("cello.")
+        finally:
+            lifecycle.update_row = update_row
+        forgetting[0].join()
+        assert ids[1] not in [e.id for e in again.events()]
+
+
+def test_consolidate_waiting_while_the_memory_is_closed_without_its_queue_ends(embedder):
+    """Before, consolidate() waited for an empty queue that a close(finish_queue=False) (or interpreter exit)
+    leaves full: it never returned."""
+    mem = MagmaMemory(background(), embedder=embedder)
+    slowed(mem, 0.2)
+    mem.add_many([turn(i) for i in range(20)])
+    outcome = {}
+
+    def consolidate():
+        try:
+            mem.consolidate()
+            outcome["returned"] = True
+        except MagmaError as err:
+            outcome["refused"] = err
+
+    waiting = threading.Thread(target=consolidate, daemon=True)
+    waiting.start()
+    threading.Event().wait(0.1)
+    mem.close(finish_queue=False)
+    waiting.join(30)      # a hang guard only: it ends with the batch in flight
+    assert not waiting.is_alive()
+    assert "closed while consolidate() waited" in str(outcome.get("refused"))
+
+
+def test_two_threads_closing_a_durable_memory_at_once(embedder, tmp_path):
+    """Before, both passed the closed test: the second raised MemoryClosedError from its checkpoint, or both
+    closed the log's descriptor (OSError: Bad file descriptor)."""
+    mem = MagmaMemory(background(), store_dir=tmp_path, durable=True, embedder=embedder)
+    mem.add_many([turn(i) for i in range(4)])
+    write = mem._folder.checkpoint
+
+    def slow_checkpoint(encode):
+        threading.Event().wait(0.2)    # the other close arrives meanwhile
+        write(encode)
+    mem._folder.checkpoint = slow_checkpoint
+    errors = []
+
+    def close():
+        try:
+            mem.close()
+        except BaseException as err:   # noqa: BLE001 - any error is the failure
+            errors.append(err)
+    closers = [threading.Thread(target=close) for _ in range(2)]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join()
+    assert errors == []
+    with MagmaMemory(store_dir=tmp_path, durable=True, embedder=embedder) as again:
+        assert len(list(again.events())) == 4

@@ -84,13 +84,15 @@ class SlowPathWorker:
             return len(self.queue) + self._inflight
 
     def drain(self) -> None:
-        """Block until every queued event is consolidated or failed."""
+        """Block until every queued event is consolidated or failed, or, once the worker is told to
+        leave its queue (``close(finish_queue=False)``, interpreter exit), until its batch in flight
+        ends: the rest stays pending (before, that wait never ended)."""
         if self._thread is None or not self._thread.is_alive():  # foreground, or after close()
             while self._step():
                 pass
             return
         with self._cv:
-            self._cv.wait_for(lambda: not self.queue and self._inflight == 0)
+            self._cv.wait_for(lambda: (not self.queue or self._abandon) and self._inflight == 0)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
