@@ -225,7 +225,8 @@ def read_save(path: str | os.PathLike) -> SavedStore:
     when there is no folder at ``path``."""
     path = Path(path)
     if not path.is_dir():
-        raise SaveNotFoundError(f"{path}: a file, not a save folder" if path.exists() else f"{path}: no such save folder")
+        raise SaveNotFoundError(f"{path}: a file, not a save folder" if path.exists()
+                                else f"{path}: no such save folder")
     manifest = _parse_json(path / MANIFEST, _read(path / MANIFEST))
     _check_format(path / MANIFEST, manifest)
     listed = manifest.get("files", {})
