@@ -56,7 +56,8 @@ PROBE_EVENTS, PROBE_DIM, PROBE_RUNS = 1 << 16, 384, 7
 # but 1.4 ms more as compiled loops (query/similarity_numba.py), so that the packed rows won by 1.3 ms
 # at an in-situ ratio of 0.54 and the float16 rows by 0.4 ms at 0.68 (_epyc_avx2_2026-12-07_1152); the
 # probe read 0.45-0.64 for the packed rows there, 0.59-1.13 for the float16 rows. On the Intel Xeon VM
-# the float16 rows' product took longer than the columns'.
+# the float16 rows' product takes longer than the columns', the packed rows' 0.74-0.76 of it, and the
+# packed rows and the columns give the same question time (8.4 and 8.6 ms; _xeon_2026-12-07_2045).
 SCAN_SHARE = 0.75
 
 
