@@ -15,7 +15,7 @@ from magma_torch.config import load_group
 from magma_torch.eval import runner
 from magma_torch.eval.datasets.base import Question
 from magma_torch.eval.prompts import JUDGE_PROMPT_VERSION, JUDGE_SCHEMA
-from magma_torch.eval.qa import Answer, answer_questions, judge_answers, parse_verdict
+from magma_torch.eval.qa import Answer, answer_questions, judge_answers, parse_verdict, score_answer
 from magma_torch.llm.answer_format import UnknownDateStyleError
 from magma_torch.llm.base import Generation
 from magma_torch.eval.runner import run
@@ -338,3 +338,28 @@ def test_a_reader_that_times_out_or_returns_garbage_fails_that_question_alone(tm
     assert all(r["prediction"] == "Max" and "answer_error" not in r for r in rows[2:])
     assert metrics["answering"]["failed"] == 2 and metrics["n_questions"] == len(rows) > 2
     assert (out / "metrics.json").exists()                 # the run went on and finished
+
+
+def test_a_retrieval_run_whose_consolidation_borrows_the_reader_writes_its_metrics(tmp_path):
+    # consolidation=llm takes the llm group's model, so a retrieval run builds a reader too; its summary
+    # then read task.answer_prompt, which task=retrieval lacks: the run raised after all its work, and
+    # raised again on every resume, so it never wrote metrics.json.
+    with initialize_config_module("magma_torch.conf", version_base=None):
+        cfg = compose("config", overrides=["task=retrieval", "dataset=demo", "dataset.limit=1", "memory=magma",
+                                           "consolidation=llm", "memory.slow_path.background=false",
+                                           "progress=false", f"out_dir={tmp_path}"])
+    OmegaConf.set_struct(cfg, False)
+    cfg.llm = {"_target_": "scripted_llm.ScriptedLLM"}
+    metrics = run(cfg, tmp_path)
+    assert (tmp_path / "metrics.json").is_file() and metrics["n_questions"] > 0
+    assert not {"answering", "judging", "prompts"} & set(metrics)
+
+
+def test_an_abstention_question_is_scored_by_whether_the_answer_abstains():
+    # LongMemEval's _abs gold explains why the conversation cannot answer: word overlap with it gave
+    # the invented "You play the cello." 0.40 and the right "Not mentioned in the conversation." 0.25.
+    gold = "The information provided is not enough. You mentioned playing the violin but not the cello."
+    kind = "single-session-user"
+    assert score_answer("Not mentioned in the conversation.", gold, kind, abstention=True) == {"f1": 1.0, "bleu1": None}
+    assert score_answer("You play the cello.", gold, kind, abstention=True) == {"f1": 0.0, "bleu1": None}
+    assert score_answer("You play the cello.", gold, kind)["f1"] > 0     # scored on its words otherwise

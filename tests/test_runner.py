@@ -160,3 +160,25 @@ def test_help_lists_only_magma_runs_own_groups():
     listed = {line.split(":")[0]: line.split(": ", 1)[1] for line in section.splitlines() if not line.startswith(" ")}
     assert list(listed) == list(RUN_GROUPS)       # conf/bench and conf/intent belong to other tools
     assert "magma, " in listed["memory"] and listed["task"] == "qa, retrieval"
+
+
+def test_the_runs_seed_seeds_the_global_generators(tmp_path, monkeypatch):
+    # `seed` was accepted, recorded and compared on resume, but nothing read it
+    import random
+
+    import torch
+    from hydra import compose, initialize_config_module
+
+    from magma_torch.eval import runner
+
+    draws = {}
+    monkeypatch.setattr(runner, "code_commit", lambda: draws.update(
+        py=random.random(), np=np.random.random(), torch=torch.rand(1).item(), initial=torch.initial_seed()))
+    with initialize_config_module("magma_torch.conf", version_base=None):
+        cfg = compose("config", overrides=["dataset=demo", "dataset.limit=1", "memory=bm25", "progress=false",
+                                           "seed=7", f"out_dir={tmp_path}"])
+    runner.run(cfg, tmp_path)
+    random.seed(7)
+    np.random.seed(7)
+    torch.manual_seed(7)
+    assert draws == {"py": random.random(), "np": np.random.random(), "torch": torch.rand(1).item(), "initial": 7}

@@ -105,6 +105,11 @@ def judge_answers(judge: LLM, questions: Sequence[str], golds: Sequence[str | No
     return out
 
 
-def score_answer(prediction: str, gold: str | None, category: str) -> dict:
-    """LoCoMo F1 and BLEU-1 of one answer (BLEU-1 is None for adversarial questions)."""
+def score_answer(prediction: str, gold: str | None, category: str, abstention: bool = False) -> dict:
+    """LoCoMo F1 and BLEU-1 of one answer (BLEU-1 is None for adversarial questions). A LongMemEval
+    ``abstention`` question (``_abs``) is scored as LoCoMo scores an adversarial one, 1 when the answer
+    abstains, BLEU-1 None: its gold is an explanation of why the conversation cannot answer it, so
+    word overlap with it rewarded answers that repeat its words over ones that abstain."""
+    if abstention:
+        return {"f1": locomo_f1(prediction, gold, "adversarial"), "bleu1": None}
     return {"f1": locomo_f1(prediction, gold, category), "bleu1": bleu1(prediction, reference_answer(gold, category))}

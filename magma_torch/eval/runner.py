@@ -6,6 +6,7 @@ config.yaml and per-category plots.
 from __future__ import annotations
 
 import logging
+import random
 import signal
 import sys
 import time
@@ -14,6 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sized
 from pathlib import Path
 
+import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
@@ -137,7 +140,7 @@ def answer_rows(rows: list[dict], qs: list, results: list, reader, judge, task) 
         if a.reader_text != a.prediction:
             row["reader_text"] = a.reader_text
         # A failed answer scores 0 (it is counted in answering.failed, never left out).
-        row.update(score_answer(a.prediction, q.gold, q.category))
+        row.update(score_answer(a.prediction, q.gold, q.category, q.abstention))
         row["judge"] = None if verdicts is None else verdicts[i].verdict
         row["answer_prompt_tokens"], row["answer_completion_tokens"] = a.prompt_tokens, a.completion_tokens
         if a.error is not None:
@@ -186,9 +189,20 @@ def _consolidation_usage(mem: MagmaMemory) -> dict:
     return out
 
 
+def seed_everything(seed: int | None) -> None:
+    """The run's ``seed`` (None: left as they are) for Python's, NumPy's and torch's global generators,
+    set at the start of each attempt for whatever draws from them (a consolidator, logger or model of
+    your own): the query path draws nothing, and an LLM's sampling takes ``llm.seed``."""
+    if seed is not None:
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+
 def run(cfg: DictConfig, out_dir: Path) -> dict:
     """Run one experiment and write its folder (resuming what it already holds); returns the metrics dict."""
     check_run_config(cfg)
+    seed_everything(cfg.get("seed"))
     commit = code_commit()   # the code this attempt runs, read before a long run gives time to change it
     qa = cfg.task.name == "qa"
     shared = consolidates_with_reader(cfg)
@@ -373,7 +387,9 @@ def summarise_run(cfg: DictConfig, rows: list[dict], builds: list[dict], reader,
     abstention = [r for r in rows if r.get("abstention")]
     if abstention:
         metrics["abstention"] = summarise(abstention, cfg.task, keys)
-    if reader is not None:
+    # task=qa only: a retrieval run whose consolidation borrows the reader (consolidates_with_reader)
+    # has one too, and no answers or answer prompt (before, its summary raised after all the work)
+    if reader is not None and cfg.task.name == "qa":
         metrics["answering"], metrics["judging"] = llm_costs(rows)
         metrics["answering"]["llm"] = getattr(reader, "name", type(reader).__name__)
         metrics["judging"]["llm"] = None if judge is None else getattr(judge, "name", type(judge).__name__)
