@@ -398,3 +398,19 @@ def test_demo_file_matches_locomo_schema():
         for q in sample["qa"]:
             assert ("adversarial_answer" in q) == (q["category"] == 5)
     assert any("blip_caption" in t and "img_url" not in t for t in turns)
+
+
+def test_a_repeated_sample_id_is_refused(tmp_path):
+    # Before, both loaded: their question ids collided and a run kept the first conversation, skipping the other.
+    path = _write(tmp_path, [_sample("c1"), _sample("c2"), _sample("c1")])
+    with pytest.raises(DatasetError, match=r"locomo10\.json: \[2\]: sample_id 'c1' repeats \[0\]'s"):
+        load_locomo(path)
+
+
+def test_a_question_without_an_answer_loads_and_is_named(tmp_path, caplog):
+    # its retrieval is measured; its answer cannot be scored, which the log now says instead of nothing
+    qa = [{"question": "q?", "evidence": ["D1:1"], "category": 4}]
+    with caplog.at_level(logging.WARNING, logger=locomo_module.__name__):
+        [s] = load_locomo(_write(tmp_path, [_sample(qa=qa)]))
+    assert s.questions[0].gold is None
+    assert "qa[0]: no 'answer': the question's answer is not scored" in caplog.text

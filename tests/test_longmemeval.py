@@ -208,3 +208,13 @@ def test_judge_prompt_per_question_type():
     assert "Generated answer: 19 days" in p["temporal-reasoning"]
     assert "Gold answer: 18 days" in judge_prompt("q", "18 days", "x", "temporal")   # LoCoMo keeps its judge
     assert "off-by-one" not in judge_prompt("q", "18 days", "x", "temporal")
+
+
+def test_a_repeated_question_id_is_refused_when_the_stream_reaches_it(tmp_path):
+    path = tmp_path / "lme.json"
+    path.write_text(json.dumps([RAW[0], RAW[1], RAW[0]]))
+    it = iter(load_longmemeval(path))
+    assert [next(it).sample_id, next(it).sample_id] == [RAW[0]["question_id"], RAW[1]["question_id"]]
+    with pytest.raises(DatasetError, match=rf"lme\.json: record \[2\]: question_id '{RAW[0]['question_id']}' "
+                                           r"repeats record \[0\]'s"):
+        next(it)

@@ -75,6 +75,7 @@ def test_named_samples_of_a_streamed_file_are_checked_by_a_scan_of_its_ids(tmp_p
 
 
 @pytest.mark.parametrize("ids, message", [("demo-1", "dataset.sample_ids='demo-1': expected a list"),
+                                          ("[]", "dataset.sample_ids=[]: expected a list of sample ids"),
                                           ("[demo-1,demo-9]", "dataset.sample_ids: no sample 'demo-9'")])
 def test_bad_sample_ids_stop_magma_run_before_any_work(tmp_path, ids, message):
     out = tmp_path / "run"
@@ -276,10 +277,24 @@ def test_unfinished_overlapping_or_foreign_shards_are_refused(tmp_path, cfg):
         aggregate([a, b], tmp_path / "m2")
     c = tmp_path / "shard_2"
     write_shard(c, 1, [row("s2/q0", 1.0)], OmegaConf.merge(cfg, {"memory": {"name": "bm25"}}))
-    with pytest.raises(AggregateError, match="shard_2: its config.yaml differs"):
+    with pytest.raises(AggregateError, match=r"shard_2: its config.yaml differs from .*shard_0's: memory.name: "):
         aggregate([a, c], tmp_path / "m3")
     assert not (tmp_path / "m1").exists() and not (tmp_path / "m3").exists()
     proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.aggregate", "--out", str(tmp_path / "m4"),
                            str(a), str(b)], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("magma-aggregate: error:")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_shards_that_differ_only_in_settings_that_do_not_change_results_merge(tmp_path, cfg):
+    # A shard resumed with progress, logger or objective changed rewrites its config.yaml; before, the
+    # merge refused it as another experiment, without saying which setting differed.
+    a, b = tmp_path / "shard_0", tmp_path / "shard_1"
+    write_shard(a, 0, [row("s0/q0", 1.0)], cfg)
+    write_shard(b, 1, [row("s1/q0", 0.0)], OmegaConf.merge(cfg, {"progress": True, "objective": "recall_all@10"}))
+    merged = aggregate([a, b], tmp_path / "merged")
+    assert merged["n_questions"] == 2
+    c = tmp_path / "shard_2"
+    write_shard(c, 1, [row("s2/q0", 1.0)], OmegaConf.merge(cfg, {"dataset": {"limit": 1}}))
+    with pytest.raises(AggregateError, match=r"dataset.limit: None -> 1\. Only out_dir, .*progress"):
+        aggregate([a, c], tmp_path / "m2")

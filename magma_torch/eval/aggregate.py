@@ -22,12 +22,14 @@ from omegaconf import DictConfig, OmegaConf
 from magma_torch.errors import MagmaError
 from magma_torch.eval.datasets import parse_shard
 from magma_torch.eval.plots import plot_categories
-from magma_torch.eval.run_folder import counted, without_text
+from magma_torch.eval.run_folder import (RESULT_NEUTRAL, counted, differences, shown_changes, without_settings,
+                                         without_text)
 from magma_torch.eval.runner import llm_costs, summarise_run
 from magma_torch.files import DamagedFileError, read_complete_lines, read_json_object, write_atomic
 from magma_torch.store.persistence import file_above
 
-# settings that may differ between the shards of one experiment
+# settings that differ between the shards of one experiment (blanked in the merged config.yaml); those that
+# do not change results (run_folder.RESULT_NEUTRAL: a resumed shard may have changed them) may differ too
 PER_SHARD = ("out_dir", "dataset.shard", "dataset.sample_ids")
 # a task=qa run's metrics.json holds both (the merge takes their llm names from the first shard's)
 LLM_BLOCKS = ("answering", "judging")
@@ -68,6 +70,11 @@ def _shard_config(folder: Path) -> tuple[DictConfig, str | None]:
     for key in PER_SHARD:
         OmegaConf.update(cfg, key, None, force_add=True)
     return cfg, shard
+
+
+def _compared(cfg: DictConfig) -> dict:
+    """What must be equal across shards: the config without the settings that do not change results."""
+    return without_settings(OmegaConf.to_container(cfg), RESULT_NEUTRAL)
 
 
 def _check_every_shard(folders: list[Path], shards: list[str | None]) -> None:
@@ -133,9 +140,12 @@ def aggregate(shards: list[Path], out: Path) -> dict:
     _check_out(out)
     configs = [_shard_config(folder) for folder in shards]
     first_cfg = configs[0][0]
+    base = _compared(first_cfg)
     for folder, (cfg, _) in zip(shards, configs, strict=True):
-        if cfg != first_cfg:
-            raise AggregateError(f"{folder}: its config.yaml differs from {shards[0]} beyond {', '.join(PER_SHARD)}")
+        if changed := differences(base, _compared(cfg)):
+            may_differ = ", ".join(dict.fromkeys((*PER_SHARD, *RESULT_NEUTRAL)))
+            raise AggregateError(f"{folder}: its config.yaml differs from {shards[0]}'s: {shown_changes(changed)}. "
+                                 f"Only {may_differ} may differ between shards")
     _check_every_shard(shards, [shard for _, shard in configs])
     parts = [read_shard(folder) for folder in shards]
     rows = [r for _, shard_rows, _ in parts for r in shard_rows]

@@ -17,6 +17,7 @@ rerun redoes nothing that finished and counts nothing twice.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -25,9 +26,11 @@ from magma_torch.config.resolve import consolidation_config, saved_memory_config
 from magma_torch.errors import MagmaError
 from magma_torch.files import append_synced, cut_torn_line, read_complete_lines, write_atomic
 
-# Settings that may change between a run and its resumption: they do not change the results.
-RESUMABLE_CHANGES = ("out_dir", "progress", "logger", "dataset.limit", "objective", "task.answer_chunk",
-                     "consolidation.cache")
+# Settings that do not change a run's results: they may differ between a run and its resumption, and
+# between the shards magma-aggregate merges.
+RESULT_NEUTRAL = ("out_dir", "progress", "logger", "objective", "task.answer_chunk", "consolidation.cache")
+# ... and dataset.limit, which a resumption may change to go on with more samples
+RESUMABLE_CHANGES = (*RESULT_NEUTRAL, "dataset.limit")
 SHOWN_CHANGES = 3    # differing settings a refusal names
 # A question line's text: the dataset's question and gold answer, and the reader's answer (which quotes it).
 TEXT_FIELDS = ("question", "gold", "prediction", "reader_text")
@@ -53,13 +56,25 @@ def _comparable(cfg: DictConfig, folder: Path) -> dict:
         c["memory"] = OmegaConf.to_container(saved_memory_config(c["memory"]))
     if c.get("consolidation"):
         c["consolidation"] = OmegaConf.to_container(consolidation_config(c["consolidation"]))
-    for key in RESUMABLE_CHANGES:
+    return without_settings(c, RESUMABLE_CHANGES)
+
+
+def without_settings(c: dict, keys: Sequence[str]) -> dict:
+    """``c`` (a config as a dict) without the dotted ``keys``, removed in place."""
+    for key in keys:
         *parents, leaf = key.split(".")
         node = c
         for p in parents:
-            node = node.get(p, {})
-        node.pop(leaf, None)
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
     return c
+
+
+def shown_changes(changed: list[str]) -> str:
+    """The first ``SHOWN_CHANGES`` of ``differences``' lines, and how many more there are."""
+    more = f" (and {len(changed) - SHOWN_CHANGES} more)" if len(changed) > SHOWN_CHANGES else ""
+    return "; ".join(changed[:SHOWN_CHANGES]) + more
 
 
 def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -114,9 +129,8 @@ class RunFolder:
             # both resolved: a folder written before config.yaml was saved resolved compares equal too
             changed = differences(_comparable(OmegaConf.load(config_path), self.path), _comparable(cfg, self.path))
             if changed:
-                more = f" (and {len(changed) - SHOWN_CHANGES} more)" if len(changed) > SHOWN_CHANGES else ""
                 raise RunFolderError(
-                    f"{self.path} holds a run with another configuration: {'; '.join(changed[:SHOWN_CHANGES])}{more}. "
+                    f"{self.path} holds a run with another configuration: {shown_changes(changed)}. "
                     f"Only {', '.join(RESUMABLE_CHANGES)} may change between attempts: resume with the folder's "
                     "settings (its config.yaml) or choose a new out_dir")
         self.path.mkdir(parents=True, exist_ok=True)

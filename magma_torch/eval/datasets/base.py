@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -63,3 +64,13 @@ def require(obj: Any, key: str, kind: type | tuple[type, ...], file: str, where:
 
 def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else (kind,)
+
+
+def distinct_samples(samples: Iterable[tuple[str, Sample]], file: str, id_key: str) -> Iterator[Sample]:
+    """The (where, sample) pairs' samples, refusing a sample id met before: a repeat would be run twice
+    under one id, its questions' ids shared (a run folder keeps the first and skips the other)."""
+    first: dict[str, str] = {}
+    for where, sample in samples:
+        if (earlier := first.setdefault(sample.sample_id, where)) != where:
+            raise DatasetError(f"{file}: {where}: {id_key} {sample.sample_id!r} repeats {earlier}'s")
+        yield sample

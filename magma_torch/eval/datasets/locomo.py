@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from .base import DatasetError, Question, Sample, Turn, require as _field
+from .base import DatasetError, Question, Sample, Turn, distinct_samples, require as _field
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ def load_locomo(path: str | os.PathLike[str]) -> list[Sample]:
         raise DatasetError(f"{file}: invalid JSON: {e}") from e
     if not isinstance(data, list):
         raise DatasetError(f"{file}: top level: expected a list of samples, got {type(data).__name__}")
-    return [_sample(raw, file, f"[{i}]") for i, raw in enumerate(data)]
+    return list(distinct_samples(((f"[{i}]", _sample(raw, file, f"[{i}]")) for i, raw in enumerate(data)),
+                                 file, "sample_id"))
 
 
 def canonical_dia_id(raw: str) -> str | None:
@@ -143,6 +144,9 @@ def _question(
     if answer_key in raw:
         gold = _field(raw, answer_key, (str, int, float), file, where)
         gold = str(gold)  # a few answers are ints (years)
+    elif category != "adversarial":
+        # Loaded (its retrieval is measured), but with no F1, BLEU-1 or judge verdict, left out of their means
+        logger.warning("%s: %s: no 'answer': the question's answer is not scored", file, where)
 
     evidence: list[str] = []
     for j, item in enumerate(_field(raw, "evidence", list, file, where)):

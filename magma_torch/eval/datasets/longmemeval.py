@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 import ijson
 
-from .base import DatasetError, Question, Sample, Turn, require
+from .base import DatasetError, Question, Sample, Turn, distinct_samples, require
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +52,9 @@ class LongMemEvalFile:
         self.file = file
 
     def __iter__(self) -> Iterator[Sample]:
-        for index, raw in self._items("item"):
-            yield _sample(raw, self.file, f"record [{index}]")
+        records = ((f"record [{index}]", _sample(raw, self.file, f"record [{index}]"))
+                   for index, raw in self._items("item"))
+        yield from distinct_samples(records, self.file, "question_id")
 
     def sample_ids(self) -> Iterator[str]:
         """The question ids in file order, building no sample: what a selection by id checks up front

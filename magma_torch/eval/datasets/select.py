@@ -30,10 +30,10 @@ def check_limit(limit) -> None:
 
 
 def check_sample_ids(sample_ids) -> None:
-    """``dataset.sample_ids``: None (every sample) or a list of sample ids; a bare string would be
-    taken for the list of its characters."""
+    """``dataset.sample_ids``: None (every sample) or a non-empty list of sample ids; a bare string would
+    be taken for the list of its characters, and an empty list would make an empty run look finished."""
     if sample_ids is not None and (isinstance(sample_ids, str) or not isinstance(sample_ids, Sequence)
-                                   or not all(isinstance(s, str) for s in sample_ids)):
+                                   or not sample_ids or not all(isinstance(s, str) for s in sample_ids)):
         raise DatasetError(f"dataset.sample_ids={sample_ids!r}: expected a list of sample ids (strings), "
                            "e.g. dataset.sample_ids=[conv-26]")
 
