@@ -484,3 +484,54 @@ def test_an_event_consolidated_again_knows_only_the_speakers_before_it(emb):
         mem.check()
         turns[0] = (*turns[0][:2], "2023-05-01 08:59:00")
         assert causal_links(mem) == causal_in_order(emb, turns) == {(turns[0][1], turns[1][1])}
+
+
+def mentions(mem) -> set[tuple[str, str]]:
+    """(event text, entity name) of every event-entity link."""
+    src, dst, _ = mem.store.graph.edges("entity")
+    names = mem.store.entities.names
+    return {(mem.store.events.rows[s].text, names[d]) for s, d in zip(src.tolist(), dst.tolist(), strict=True)}
+
+
+def test_a_person_named_before_they_speak_keeps_their_mention_through_update_and_backfill(emb):
+    # Leo is named two turns before he first speaks: an in-order ingest links the first turn to "leo".
+    # Before, an update (its time only) or a backfill of that turn consolidated it again, after Leo had
+    # spoken, and dropped the mention as a speaker's name.
+    recs = [{"text": "I visited Paris with Leo last spring.", "timestamp": "2023-05-01 09:00", "speaker": "Ann"},
+            {"text": "The museum was lovely.", "timestamp": "2023-05-01 09:01", "speaker": "Ann"},
+            {"text": "Glad you enjoyed Paris!", "timestamp": "2023-05-01 09:02", "speaker": "Leo"}]
+    named = ("I visited Paris with Leo last spring.", "leo")
+    with MagmaMemory(config(), "heuristic", embedder=emb, device="cpu") as mem:
+        first = mem.add_many(recs)[0]
+        mem.consolidate()
+        assert named in mentions(mem)
+        mem.update(first, timestamp="2023-05-01 08:59")
+        mem.consolidate()
+        assert named in mentions(mem)
+    with MagmaMemory(config(), "heuristic", embedder=emb, device="cpu") as mem:
+        mem.add_many(recs[1:])
+        mem.consolidate()
+        mem.add(**recs[0], backfill=True)
+        mem.consolidate()
+        assert named in mentions(mem)
+
+
+def test_a_place_named_like_the_start_of_a_speakers_name_is_an_entity(emb):
+    # "Rome" is not a short form of the speaker "Romeo": the short-form rule is for person names.
+    with MagmaMemory(config(), "heuristic", embedder=emb, device="cpu") as mem:
+        mem.add_many([{"text": "Hello there, how was your week?", "timestamp": "2023-05-01 09:00", "speaker": "Romeo"},
+                      {"text": "I flew to Rome last week for work.", "timestamp": "2023-05-01 09:01", "speaker": "Kate"}])
+        mem.consolidate()
+        assert "rome" in mem.store.entities.by_name
+
+
+def test_text_that_is_not_valid_unicode_is_refused_naming_the_record(emb):
+    with MagmaMemory(config(), "heuristic", embedder=emb, device="cpu") as mem:
+        kept = mem.add("A fine day.", "2023-05-01 09:00", speaker="Ann", source_id="D1:1")
+        with pytest.raises(IngestError, match=r"source_id='D1:2'.*text is not valid Unicode \(surrogates not allowed"):
+            mem.add("Broken \ud800 text", "2023-05-01 09:01", speaker="Ann", source_id="D1:2")
+        with pytest.raises(IngestError, match=r"speaker is not valid Unicode"):
+            mem.add_many([{"text": "Fine.", "timestamp": "2023-05-01 09:02", "speaker": "A\udc80n"}])
+        with pytest.raises(IngestError, match=rf"event {kept}.*text is not valid Unicode"):
+            mem.update(kept, text="Also \ud800 broken")
+        assert [e.text for e in mem.events()] == ["A fine day."]

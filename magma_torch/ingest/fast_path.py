@@ -59,7 +59,7 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig,
         ts, epoch = checked_time(name, rec.get("timestamp"), horizon, cfg)
         source_id = None if rec.get("source_id") is None else str(rec["source_id"])
         stream = str(rec.get("stream") or cfg.default_stream)
-        speaker = None if rec.get("speaker") is None else str(rec["speaker"])
+        speaker = None if rec.get("speaker") is None else checked_unicode(name, "speaker", str(rec["speaker"]))
         # Idempotent: a known source_id, or without one the same text, time, speaker and stream,
         # returns the node it already has.
         key = source_id if source_id is not None else content_key(text, epoch, speaker, stream)
@@ -107,7 +107,17 @@ def _check_same_turn(name: str, source_id: str, held: EventRow, key: tuple) -> N
 def checked_text(name: str, text) -> str:
     if not isinstance(text, str) or not text.strip():
         raise IngestError(f"{name}: text is empty or not a string")
-    return text
+    return checked_unicode(name, "text", text)
+
+
+def checked_unicode(name: str, field: str, value: str) -> str:
+    """``value`` when it can be written as UTF-8; a lone surrogate ("\\ud800", from a bad decode) is
+    refused naming the record, where the embedder's tokenizer raised a bare TypeError."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise IngestError(f"{name}: {field} is not valid Unicode ({err.reason} at character {err.start})") from None
+    return value
 
 
 def checked_time(name: str, value, horizon: float, cfg: FastPathConfig) -> tuple[datetime, float]:

@@ -192,17 +192,21 @@ class _Stream:
         return dict(Counter(key for _, phrases in self.records.values() for key, _, _ in phrases)
                     + Counter(self.unrecorded))
 
-    def speaker_words(self, through: int | None = None) -> set[str]:
-        """The words of the stream's speakers; with ``through``, of those who spoke at or before that event
+    def speakers_through(self, through: int | None = None) -> list[str]:
+        """The stream's (lowercased) speakers; with ``through``, those who spoke at or before that event
         (a speaker from a state saved before ``spoke`` counts from the start)."""
-        return {w for s in self.speakers if through is None or self.first_said.get(s, -1) <= through
-                for w in s.split()}
+        return [s for s in self.speakers if through is None or self.first_said.get(s, -1) <= through]
 
-    def is_speaker(self, key: str, short: bool = True) -> bool:
-        """The name of a speaker, one of its words, or (`short`, for names) a short form of
-        exactly one speaker's first name ("Mel" for "Melanie")."""
-        words = self.speaker_words()
-        if key in self.speakers or key in words:
+    def speaker_words(self, through: int | None = None) -> set[str]:
+        """The words of ``speakers_through(through)``."""
+        return {w for s in self.speakers_through(through) for w in s.split()}
+
+    def is_speaker(self, key: str, short: bool = True, through: int | None = None) -> bool:
+        """The name of a speaker, one of its words, or (`short`, for person names) a short form of
+        exactly one speaker's first name ("Mel" for "Melanie"); with ``through``, of the speakers who
+        spoke at or before that event, as ``speaker_words``."""
+        words = self.speaker_words(through)
+        if key in words or key in self.speakers_through(through):
             return True
         if not short or " " in key or len(key) < 2:
             return False
@@ -251,7 +255,11 @@ class HeuristicConsolidator:
                 and (n.split()[0] == key or (" " not in n and n.startswith(key)))]
         return hits[0] if len(hits) == 1 else key
 
-    def _named(self, st: _Stream, doc, used: set[int]) -> list[tuple[str, str, str]]:
+    def _named(self, st: _Stream, doc, used: set[int], event: int) -> list[tuple[str, str, str]]:
+        """(key, kind, surface) of the named mentions of ``event`` (parsed ``doc``): neither a speaker's
+        name as of that event (one named before they first speak is a mention, as an in-order ingest
+        sees it, whatever was ingested since), nor a short form of one unless a person's ("Rome" is a
+        place, "Romeo" speaking or not)."""
         out = []
         for ent in doc.ents:
             kind = _NAMED_KINDS.get(ent.label_)
@@ -276,7 +284,7 @@ class HeuristicConsolidator:
             if len(toks) == 1 and toks[0].is_sent_start and toks[0].lower_ in st.lower:
                 continue                  # "Pottery is fun": a common word opening a sentence
             key = " ".join(t.lower_.replace("’", "'") for t in toks)
-            if not re.search(r"[a-z]", key) or st.is_speaker(key):
+            if not re.search(r"[a-z]", key) or st.is_speaker(key, short=kind == "person", through=event):
                 continue
             if kind == "person" and len(toks) == 1 and self._vocative(doc, toks[0]):
                 continue                  # "Hey Mel!", "Thanks, Jo.": addresses the other speaker
@@ -286,7 +294,8 @@ class HeuristicConsolidator:
             out.append((key, kind, " ".join(t.text for t in toks)))
         # A capitalised word the stream already knows as a name, where NER missed it.
         for t in doc:
-            if t.i not in used and t.pos_ == "PROPN" and t.lower_ in st.names and not st.is_speaker(t.lower_):
+            if (t.i not in used and t.pos_ == "PROPN" and t.lower_ in st.names
+                    and not st.is_speaker(t.lower_, short=st.names[t.lower_] == "person", through=event)):
                 used.add(t.i)
                 out.append((self._person_key(st, t.lower_), st.names[t.lower_], t.text))
         return out
@@ -304,10 +313,10 @@ class HeuristicConsolidator:
         return (t.is_alpha and len(lem) >= 3 and not t.is_stop and lem not in GENERIC_NOUNS
                 and t.lower_ not in GENERIC_NOUNS and lem not in _NON_NAMES and not _ABSTRACT.search(lem))
 
-    def _phrases(self, st: _Stream, doc, used: set[int]) -> list[tuple[str, str, str]]:
-        """(key, kind, surface) of object and activity mentions, in text order."""
+    def _phrases(self, st: _Stream, doc, used: set[int], event: int) -> list[tuple[str, str, str]]:
+        """(key, kind, surface) of object and activity mentions of ``event``, in text order."""
         out = []
-        speaker_words = st.speaker_words()
+        speaker_words = st.speaker_words(through=event)
         for chunk in doc.noun_chunks:
             root = chunk.root
             for t in chunk:
@@ -381,14 +390,14 @@ class HeuristicConsolidator:
         named: list[list[str]] = []
         seen: set[str] = set()
         used: set[int] = set()
-        for key, kind, surface in self._named(st, doc, used):
+        for key, kind, surface in self._named(st, doc, used, event):
             st.names.setdefault(key, kind)
             if key not in seen and len(named) < self.max_entities_per_event:
                 seen.add(key)
                 named.append([key, kind, surface])
         phrases: list[list[str]] = []
-        for key, kind, surface in self._phrases(st, doc, used):
-            if key in seen or st.is_speaker(key, short=False):
+        for key, kind, surface in self._phrases(st, doc, used, event):
+            if key in seen or st.is_speaker(key, short=False, through=event):
                 continue
             seen.add(key)
             phrases.append([key, kind, surface])
