@@ -11,6 +11,8 @@ import torch
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
 from magma_torch.eval.knowledge_updates import measure, summary
+from magma_torch.explain import explain
+from magma_torch.explain.terminal import format_text
 from magma_torch.ingest.supersession import UpdateTracker
 from magma_torch.store.integrity import IntegrityError
 from magma_torch.testing import abandon
@@ -254,3 +256,31 @@ def test_after_a_lifecycle_operation_the_supersessions_are_those_of_an_in_order_
         back.consolidate()
         assert superseded_texts(back) == want
         back.check()
+
+
+def test_after_a_forget_the_mark_names_the_superseding_event_by_its_id(emb):
+    # Events without a source id are named E<id>. The mark took the row's number, which a forget renumbers:
+    # after forgetting two earlier events it read "by (E2)", the marked event's own id, not the update's.
+    cfg = load_group("memory", "magma")
+    cfg.slow_path.background = False
+    with MagmaMemory(cfg, device="cpu", embedder=emb) as mem:
+        ids = mem.add_many([{"text": t, "timestamp": ts, "speaker": sp} for sp, t, ts in
+                            [("Ann", "Good morning, lovely weather today.", "2023-01-01 09:00"),
+                             ("Bob", "Hello there, nice to chat again.", "2023-01-01 09:01"), *TURNS]])
+        mem.consolidate()
+        old, new = ids[2], ids[5]
+        assert mem.event(old).superseded_by == new
+        mem.forget(ids=ids[:2])
+        r = mem.retrieve("Where does Ann live?", "2023-04-01")
+        assert f"(E{old}) Ann: I live in Boston with my two cats. [superseded 2023-03-02 by (E{new})]" in r.context
+
+
+def test_explain_names_the_superseding_event_as_the_context_does(emb):
+    mem, ids = build(emb)
+    with mem:
+        mem.consolidate()
+        r = mem.retrieve("Where does Ann live?", "2023-04-01")
+    assert "[superseded 2023-03-02 by (D3)]" in r.context
+    line = next(x for x in format_text(explain(r, 15, 10)).splitlines()
+                if x.split()[1:2] == ["D0"] and "2023-01-02 10:00" in x)       # the retrieved events' table
+    assert "2023-03-02 10:00 (D3)" in line           # the valid-until column said (E3)

@@ -53,7 +53,7 @@ def _anchor_lines(ex: Explanation) -> list[str]:
 def _node_lines(ex: Explanation) -> list[str]:
     rows = [["rank", "event", "time", "valid until", "score", "ctx", "retrieved as", "text"]]
     for n in ex.nodes:
-        rows.append([str(n.rank), event_ref(n.node), _when(n.node.timestamp), _valid(n.node), f"{n.node.score:.3f}",
+        rows.append([str(n.rank), event_ref(n.node), _when(n.node.timestamp), _valid(ex, n.node), f"{n.node.score:.3f}",
                      "yes" if n.in_context else "no", describe_reason(ex, n),
                      _short(f"{n.node.speaker}: {n.node.text}" if n.node.speaker else n.node.text)])
     more = f"; {ex.hidden_nodes} more not shown" if ex.hidden_nodes else ""
@@ -89,9 +89,13 @@ def _when(t: datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M")
 
 
-def _valid(node) -> str:
-    """"now" for a fact that still holds, else when (and by which event) it was superseded."""
-    return "now" if node.valid_to is None else f"{_when(node.valid_to)} (E{node.superseded_by})"
+def _valid(ex: Explanation, node) -> str:
+    """"now" for a fact that still holds, else when and by which event it was superseded, named as the
+    context names it (its source id) when the retrieval holds it, else E<id>."""
+    if node.valid_to is None:
+        return "now"
+    later = next((m for m in ex.retrieval.nodes if m.id == node.superseded_by), None)
+    return f"{_when(node.valid_to)} ({f'E{node.superseded_by}' if later is None else event_ref(later)})"
 
 
 def _window(w) -> str:

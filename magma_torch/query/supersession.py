@@ -12,6 +12,8 @@ order: the reader sees the earlier fact where it ranks, dated and marked.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from magma_torch.config.schema import SupersessionConfig
 from magma_torch.query.linearize import format_time
 from magma_torch.store.tables import EventRow
@@ -54,8 +56,11 @@ def prefer_current(ranked: list[tuple[int, float]], later_of: dict[int, list[int
     return out, {e: h for h, members in groups.items() if h in shown for e, _ in members if e != h}
 
 
-def notes(events: list[int], later_of: dict[int, list[int]], rows: list[EventRow]) -> dict[int, str]:
-    """The mark each superseded event carries in the context: when and by which events."""
+def notes(events: list[int], later_of: dict[int, list[int]], rows: list[EventRow],
+          ids: Sequence[int]) -> dict[int, str]:
+    """The mark each superseded event (a row) carries in the context: when and by which events, each
+    named by its source id or else its stable event id ``ids[row]``, as the context names events (rows
+    are renumbered by a forget: a row's number could name another event, or the marked one itself)."""
     def by(s: int) -> str:
-        return f"{format_time(rows[s].timestamp)[:10]} by ({rows[s].source_id or f'E{s}'})"
+        return f"{format_time(rows[s].timestamp)[:10]} by ({rows[s].source_id or f'E{ids[s]}'})"
     return {e: f"[superseded {'; '.join(by(s) for s in later_of[e])}]" for e in events if e in later_of}
