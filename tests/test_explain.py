@@ -336,3 +336,17 @@ def test_explains_a_namespace_folder_its_writer_holds_from_checkpoint_and_log(tm
     out, err = capsys.readouterr()
     assert exit_.value.code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith(f"magma-explain: error: cannot load memory: {log}: line 1 is damaged"), err
+
+
+def test_anchors_the_beam_did_not_keep_are_not_listed_and_the_views_explain():
+    # beam.max_nodes below anchor_k: the beam keeps that many anchors, the retrieval listed all of them,
+    # and magma-explain's views looked the others up among the retrieved events (KeyError)
+    cfg = load_group("memory", "magma")
+    cfg.retrieval.beam.max_nodes = 2
+    with MagmaMemory(cfg, consolidation="none") as mem:
+        mem.add_many(records(load_demo()[0])[:12])
+        r = mem.retrieve("What did Melanie paint?")
+    held = {n.id for n in r.nodes}
+    assert len(r.anchors) == 2 and {a.id for a in r.anchors} <= held
+    ex = explain(r, 15, 10)
+    assert "anchor #2" in format_text(ex) and "<h2>Anchors" in render_html(ex).html

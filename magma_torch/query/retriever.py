@@ -70,7 +70,7 @@ class Retrieval:
     question: str
     intent: str
     time_window: tuple[datetime, datetime] | None
-    anchors: list[Anchor]
+    anchors: list[Anchor]             # those the beam kept (at most beam.max_nodes; in the window, with time_filter)
     nodes: list[RetrievedNode]
     paths: list[PathEdge]
     context: str
@@ -317,7 +317,7 @@ class Retriever:
             episodes = snap.episode_of[ranked].tolist() if ranked else []
             starts = {ep: rows[int(snap.episode_first[ep])].timestamp for ep in set(episodes)}
             context, kept, blocks = linearize(ranked, intent, rows, causal, budget, episodes=episodes, starts=starts,
-                                              ids=snap.event_ids, notes=notes(ranked, later_of, rows),
+                                              ids=snap.event_ids, notes=notes(ranked, later_of, rows, snap.event_ids),
                                               follows=follows)
             nodes = [_node(rows, e, sc, blk.tokens, later_of.get(e, [None])[0])
                      for (e, sc), blk in zip(scored, blocks, strict=True)]
@@ -325,7 +325,7 @@ class Retriever:
             retrieved = {node[i] for i in idx}
             paths = [PathEdge(parent[i], node[i], _relation_name(rel[i], via[i], snap), score[i])
                      for i in idx if parent[i] in retrieved]
-            out.append(Retrieval(text, intent, windows[b], self._anchor_list(anchors, b), nodes, paths,
+            out.append(Retrieval(text, intent, windows[b], self._anchor_list(anchors, b, retrieved), nodes, paths,
                                  context, count_tokens(context), [b.event for b in kept], 0.0,
                                  truncated=any(b.cut for b in kept)))
         return out
@@ -356,11 +356,16 @@ class Retriever:
                           list(kept_ids), 0.0, truncated=truncated) for i, text in enumerate(questions)]
 
     @staticmethod
-    def _anchor_list(anchors, b) -> list[Anchor]:
+    def _anchor_list(anchors, b, retrieved: set[int]) -> list[Anchor]:
+        """Question ``b``'s anchors among the ``retrieved`` rows: the beam keeps at most ``max_nodes`` of
+        them and the time filter those in the window (before, the views looked the others up among the
+        retrieved events and failed)."""
         out = []
         for j, a in enumerate(anchors.ids[b].tolist()):
             if a < 0:
                 break
+            if a not in retrieved:
+                continue
             ranks = {s: int(r) for s, r in zip(SIGNALS, anchors.ranks[b, j].tolist(), strict=True) if r > 0}
             out.append(Anchor(a, float(anchors.fused_scores[b, j]), ranks))
         return out
