@@ -83,6 +83,9 @@ def test_the_schema_imports_neither_torch_nor_hydra():
      "memory.retrieval.intent_weights.WHY.causl: Key 'causl' not in 'RelationWeights'"),
     ({"retrieval": {"signal_top_k": {"vectr": 5}}}, "memory.retrieval.signal_top_k.vectr: Key 'vectr' not in 'SignalTopK'"),
     ({"slow_path": {"window": 3}}, "memory.slow_path.window: Key 'window' not in 'SlowPathConfig'"),
+    # a section given as a value: OmegaConf's merge error named no key ("memory: Merge error: int ...")
+    ({"retrieval": {"beam": 5}}, "memory.retrieval.beam: expected a mapping of BeamConfig settings, got int 5"),
+    ({"fast_path": "fast"}, "memory.fast_path: expected a mapping of FastPathConfig settings, got str 'fast'"),
 ])
 def test_unknown_key_or_wrong_type_fails_in_one_line_naming_the_key(config, named):
     with pytest.raises(ConfigError) as err:
@@ -102,7 +105,17 @@ def test_unknown_key_or_wrong_type_fails_in_one_line_naming_the_key(config, name
     ({"bm25": {"k1": -1}}, "memory.bm25.k1: must be >= 0, got -1.0"),
     ({"bm25": {"b": 3}}, "memory.bm25.b: must be between 0 and 1, got 3.0"),
     ({"fast_path": {"theta_sim": 7.0}}, "memory.fast_path.theta_sim: must be between -1 and 1, got 7.0"),
-    ({"fast_path": {"theta_sim": float("nan")}}, "memory.fast_path.theta_sim: must be between -1 and 1, got nan"),
+    ({"fast_path": {"theta_sim": float("nan")}},
+     "memory.fast_path.theta_sim: must be a finite number between -1 and 1, got nan"),
+    # NaN or infinity in a weight turned every score into NaN and the context into id order
+    ({"retrieval": {"beam": {"anchor_weight": float("nan")}}},
+     "memory.retrieval.beam.anchor_weight: must be a finite number >= 0, got nan"),
+    ({"retrieval": {"intent_weights": {"WHY": {"causal": float("inf")}}}},
+     "memory.retrieval.intent_weights.WHY.causal: must be a finite number >= 0, got inf"),
+    ({"retrieval": {"signal_weights": {"vector": float("inf")}}},
+     "memory.retrieval.signal_weights.vector: must be a finite number >= 0, got inf"),
+    ({"retrieval": {"intent_weights": {"ENTITY": {"entity": -1.0}}}},
+     "memory.retrieval.intent_weights.ENTITY.entity: must be >= 0, got -1.0"),
     ({"fast_path": {"episodes": {"max_gap_hours": -1}}}, "memory.fast_path.episodes.max_gap_hours: must be >= 0, got -1.0"),
     ({"fast_path": {"episodes": {"topic_shift": 3.0}}}, "memory.fast_path.episodes.topic_shift: must be between -1 and 1"),
     ({"retrieval": {"mode": "grpah"}}, "memory.retrieval.mode: must be one of graph, full_context, got 'grpah'"),

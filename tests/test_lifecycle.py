@@ -326,9 +326,12 @@ def test_a_bad_question_batch_or_query_time_is_a_query_error_naming_it(emb):
 
 
 @pytest.mark.parametrize("budget, why", [(-3, "must be >= 1, got -3"), (0, "must be >= 1, got 0"),
-                                         ("x", "must be >= 1, got 'x'")])
+                                         ("x", "must be a whole number, got 'x'"),
+                                         (30.7, "must be a whole number, got 30.7"),
+                                         (True, "must be a whole number, got True")])
 def test_a_bad_budget_is_a_query_error_naming_it(emb, budget, why):
-    # -3 and 0 gave a context of the episode header and "[cut]", "x" a TypeError from inside
+    # -3 and 0 gave a context of the episode header and "[cut]", "x" a TypeError from inside, 30.7 a
+    # context that no cut held to it (52 tokens)
     with make_mem(emb) as mem:
         mem.add("hello there", "2023-05-08 13:56")
         with pytest.raises(QueryError, match=f"^retrieve.budget_tokens: {why}$"):
@@ -357,3 +360,17 @@ def test_a_bad_dataset_limit_is_refused_before_any_work(tmp_path, limit):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("magma-run: error: dataset.limit") and limit in last and "Traceback" not in proc.stderr
     assert_no_run(out)
+
+
+def test_one_event_alone_fills_a_small_budget_without_brevity_codes(emb):
+    # Before, the codes were charged first: at 20 tokens the context was a header, "…[cut]" and
+    # "…5 intermediate events…", at 26 a header and "(D2:1) Melanie: …[cut]". (At 12 the episode
+    # header and the cut mark alone are over the budget, the exception linearize documents.)
+    with make_mem(emb) as mem:
+        mem.add_many([{"text": f"Turn {i}: I painted a sunset by the lake with my friends on a long evening.",
+                       "timestamp": f"2023-05-08 13:{i:02d}", "speaker": "Mel"} for i in range(8)])
+        for budget in (20, 26, 40):
+            r = mem.retrieve("What did Mel paint?", budget_tokens=budget)
+            assert len(r.context_ids) == 1 and r.context_tokens == count_tokens(r.context) <= budget
+            assert "intermediate event" not in r.context and r.truncated
+        assert "Mel: Turn" in r.context          # at 40 the text begins to show

@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from magma_torch.config.schema import (ConfigError, ConsolidationConfig, HeuristicConsolidationConfig,
-                                       LLMConsolidationConfig, MemoryConfig, SCHEMAS, check)
+                                       LLMConsolidationConfig, MemoryConfig, SCHEMAS, check,
+                                       section_problems)
 
 CONSOLIDATORS = {c._target_: c for c in (HeuristicConsolidationConfig, LLMConsolidationConfig)}
 # What the slow-path worker reads of a consolidation config (the window shown, the caps written).
@@ -118,6 +119,10 @@ def _plain(cfg) -> dict:
 def _merged(base, values: dict | DictConfig, where: str) -> DictConfig:
     """``values`` merged onto ``base`` (a schema class or instance, or a DictConfig of one), every
     value checked against what its field allows."""
+    schema = (OmegaConf.get_type(base) if isinstance(base, DictConfig)
+              else base if isinstance(base, type) else type(base))
+    if (problem := next(section_problems(schema, values, where), None)) is not None:
+        raise ConfigError(problem)
     try:
         merged = OmegaConf.merge(base if isinstance(base, DictConfig) else OmegaConf.structured(base), values)
         check(OmegaConf.get_type(merged), merged, where)

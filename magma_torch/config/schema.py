@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import re
 import typing
 from collections.abc import Iterator, Mapping
@@ -39,15 +40,18 @@ class ConfigError(MagmaError, ValueError):
 # ---- what a setting allows ----
 @dataclass(frozen=True)
 class Bounds:
-    """Numbers from ``low`` to ``high``, both included."""
+    """Finite numbers from ``low`` to ``high``, both included (infinity and NaN never: a weight or
+    score of either turns every score it reaches into NaN, and the ranking into id order)."""
     low: float
     high: float = math.inf
 
     def problem(self, value) -> str | None:
-        if isinstance(value, (int, float)) and self.low <= value <= self.high:   # NaN fails both
+        if (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and self.low <= value <= self.high):
             return None
         wanted = f">= {self.low}" if self.high == math.inf else f"between {self.low} and {self.high}"
-        return f"must be {wanted}, got {value!r}"
+        finite = isinstance(value, float) and not math.isfinite(value)
+        return f"must be {'a finite number ' if finite else ''}{wanted}, got {value!r}"
 
 
 def at_least(low: float) -> Bounds:
@@ -89,8 +93,28 @@ def problems(schema: type, values, where: str) -> Iterator[str]:
         key = f"{where}.{f.name}"
         if f.name in nested:
             yield from problems(nested[f.name], value, key)
+        elif f.name in _integers(schema) and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            yield f"{key}: must be a whole number, got {value!r}"   # a budget of 30.7 tokens cut nothing
         elif (why := f.metadata["allowed"].problem(value)) is not None:
             yield f"{key}: {why}"
+
+
+def section_problems(schema: type, values, where: str) -> Iterator[str]:
+    """'<where>.<key>: ...' for each value of ``values`` (a mapping) that should be a section of settings
+    (a nested dataclass of ``schema``) and is neither a mapping nor that dataclass; OmegaConf's merge
+    names no key for it ("memory: Merge error: int is not a subclass of BeamConfig")."""
+    if not isinstance(values, Mapping):
+        return
+    for name, section in _nested(schema).items():
+        value = values.get(name)
+        key = f"{where}.{name}"
+        if value is None or isinstance(value, section):
+            continue
+        if not isinstance(value, Mapping):
+            shown = f" {value!r}" if isinstance(value, (str, int, float)) else ""
+            yield f"{key}: expected a mapping of {section.__name__} settings, got {type(value).__name__}{shown}"
+        else:
+            yield from section_problems(section, value, key)
 
 
 def check(schema: type, values, where: str) -> None:
@@ -98,6 +122,14 @@ def check(schema: type, values, where: str) -> None:
     problem = next(problems(schema, values, where), None)
     if problem is not None:
         raise ConfigError(problem)
+
+
+@functools.cache
+def _integers(schema: type) -> frozenset[str]:
+    """The fields of ``schema`` typed ``int`` (or ``int | None``)."""
+    hints = typing.get_type_hints(schema)
+    return frozenset(f.name for f in dataclasses.fields(schema)
+                     if hints[f.name] is int or set(typing.get_args(hints[f.name])) == {int, type(None)})
 
 
 @functools.cache
@@ -207,11 +239,11 @@ class SignalTopK(Checked):
 class RelationWeights(Checked):
     """w[T_q, relation] of one intent; weight 0 removes the relation from the beam search. An entity
     hop's weight is scaled by the entity's specificity."""
-    temporal: float = 2.0
-    semantic: float = 2.0
-    causal: float = 2.0
-    entity: float = 2.0
-    episode: float = 2.0
+    temporal: float = setting(2.0, at_least(0))
+    semantic: float = setting(2.0, at_least(0))
+    causal: float = setting(2.0, at_least(0))
+    entity: float = setting(2.0, at_least(0))
+    episode: float = setting(2.0, at_least(0))
 
 
 @dataclass
@@ -292,7 +324,7 @@ class BeamConfig(Checked):
     drop_threshold: float = setting(0.15, COSINE)   # candidates with cos(v, q) below this are not expanded to
     # The best anchor starts as a hop of this weight: exp(lambda1 * anchor_weight + lambda2 * its cosine)
     # (Retriever.start_scores).
-    anchor_weight: float = 4.0
+    anchor_weight: float = setting(4.0, at_least(0))
 
 
 @dataclass

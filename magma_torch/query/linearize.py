@@ -6,7 +6,7 @@ effects, otherwise salience. Events are shown under the episode they belong to: 
 header per episode, then its events in time order (WHY: causes first), each with its
 reference id and speaker, and its own time only where it differs from the episode's
 start. Runs of retrieved events that did not fit are collapsed to a brevity code so the
-reader still sees that something happened in between.
+reader still sees that something happened in between (not when one event alone is shown).
 
 A block's ``tokens`` include its episode's header when it is the most salient event of
 that episode: summed in salience order, they are the context's size, brevity codes aside.
@@ -157,8 +157,8 @@ def linearize(ranked: list[int], intent: str, rows: list[EventRow], causal: list
               ) -> tuple[str, list[Block], list[Block]]:
     """Returns (context, the blocks in the context in salience order, the blocks of every
     ranked event in salience order, a cut one as it is shown); the context never exceeds
-    ``budget_tokens`` unless the budget cannot hold ``header``, the cut mark and the brevity
-    codes. ``episodes``/``starts``/``ids``/``notes``: see ``render_blocks``; ``follows``:
+    ``budget_tokens`` unless the budget cannot hold ``header``, the most salient event's episode
+    header and the cut mark. ``episodes``/``starts``/``ids``/``notes``: see ``render_blocks``; ``follows``:
     ``display_order``."""
     blocks = render_blocks(ranked, rows, episodes, starts, ids, notes)
     fixed = count_tokens(header)
@@ -171,11 +171,14 @@ def linearize(ranked: list[int], intent: str, rows: list[EventRow], causal: list
         if used <= budget_tokens:
             break
         kept = kept[:-1]
-    if budget_tokens is not None and len(kept) == 1:
+    # One event alone is shown without brevity codes: with nothing shown around it they say nothing,
+    # and they took the room of its text (a budget of 20 showed a header, "…[cut]" and a code).
+    alone = budget_tokens is not None and len(kept) == 1
+    if alone:
         # Only the most salient block alone can still be over the budget: cut its text.
-        kept = [cut_block(kept[0], budget_tokens - fixed - _BREVITY_TOKENS * _gaps(order, {kept[0].event}))]
+        kept = [cut_block(kept[0], budget_tokens - fixed)]
         blocks = kept + blocks[1:]
-    return _assemble(order, kept, header, starts), kept, blocks
+    return _assemble(order, kept, header, starts, codes=not alone), kept, blocks
 
 
 def _gaps(order: list[int], kept: set[int]) -> int:
@@ -188,12 +191,15 @@ def _gaps(order: list[int], kept: set[int]) -> int:
     return runs
 
 
-def _assemble(order: list[int], kept: list[Block], header: str, starts: dict[int, float] | None) -> str:
+def _assemble(order: list[int], kept: list[Block], header: str, starts: dict[int, float] | None,
+              codes: bool = True) -> str:
+    """The context: ``header``, then the ``kept`` blocks in display ``order`` under their episode headers,
+    with (``codes``) a brevity code for each run of left-out events."""
     by_event = {b.event: b for b in kept}
     lines, skipped, shown_episode = [header] if header else [], 0, None
     for e in order:
         if e in by_event:
-            if skipped:
+            if skipped and codes:
                 lines.append(_brevity(skipped))
                 skipped = 0
             b = by_event[e]
@@ -203,7 +209,7 @@ def _assemble(order: list[int], kept: list[Block], header: str, starts: dict[int
             lines.append(b.text)
         else:
             skipped += 1
-    if skipped:
+    if skipped and codes:
         lines.append(_brevity(skipped))
     return "\n".join(lines)
 
