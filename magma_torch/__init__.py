@@ -19,7 +19,7 @@ _LAZY = {
     "ReadOnlyError": "store.durable", "NoStoreDirError": "store.durable", "StoreDirNotAFolderError": "store.durable",
     "LLMUnavailable": "llm.base", "LLMInterfaceError": "llm.base", "UnknownPromptError": "llm.prompts",
     "UnknownDateStyleError": "llm.answer_format", "OutputError": "llm.schema", "ModelError": "llm.models",
-    "GGUFNotFoundError": "llm.gguf_export",
+    "GGUFNotFoundError": "llm.gguf_export", "CacheModelError": "llm.cache",
     "ExplainError": "explain.cli", "ScreenshotError": "explain.screenshot",
     "DatasetError": "eval.datasets.base", "ConfigError": "config.schema", "CompareError": "eval.compare",
     "RunFolderError": "eval.run_folder", "AggregateError": "eval.aggregate", "OverrideError": "eval.overrides",

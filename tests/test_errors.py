@@ -29,6 +29,7 @@ BUILTIN_BASE = {
     "AggregateError": ValueError, "OverrideError": ValueError, "TrackerError": RuntimeError,
     "ForgetError": ValueError, "SaveNotFoundError": FileNotFoundError, "SaveWouldOverwriteError": FileExistsError,
     "LiveReadTimeoutError": TimeoutError, "UnknownDateStyleError": ValueError, "GGUFNotFoundError": FileNotFoundError,
+    "CacheModelError": ValueError,
     "DamagedFileError": ValueError, "MissingDependencyError": ImportError,
     "StoreDirNotAFolderError": NotADirectoryError,
 }

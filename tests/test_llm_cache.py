@@ -7,7 +7,7 @@ import pytest
 from pydantic import BaseModel
 
 from magma_torch.llm.base import Generation, LLMInterfaceError, Usage
-from magma_torch.llm.cache import CachedLLM, cost
+from magma_torch.llm.cache import CacheModelError, CachedLLM, cost
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
@@ -132,3 +132,31 @@ def test_close_closes_the_model(tmp_path):
     inner = CountingLLM()
     CachedLLM(inner, tmp_path / "cache.jsonl").close()
     assert inner.closed
+
+
+def test_a_file_another_model_wrote_is_refused(tmp_path):
+    # The key holds the backend's name ("openai", "llamacpp"), not its model: before, a file that
+    # gpt-4o-mini wrote answered gpt-4o's prompts. Each line now names the model that wrote it.
+    path = tmp_path / "cache.jsonl"
+    mini = CountingLLM("openai")
+    mini.identity = {"backend": "openai", "model": "gpt-4o-mini"}
+    CachedLLM(mini, path).generate(["a"], schema=SCHEMA)
+    assert json.loads(path.read_text())["model"] == mini.identity
+    again = CountingLLM("openai")
+    again.identity = dict(mini.identity)
+    assert CachedLLM(again, path).generate(["a"], schema=SCHEMA)[0].parsed == {"n": 1} and again.sent == []
+    big = CountingLLM("openai")
+    big.identity = {"backend": "openai", "model": "gpt-4o"}
+    with pytest.raises(CacheModelError, match=r"cache\.jsonl: its generations are another model's "
+                                              r"\(\{\"backend\": \"openai\", \"model\": \"gpt-4o-mini\"\}\)"):
+        CachedLLM(big, path)
+    assert CachedLLM(CountingLLM("openai"), path).generate(["a"], schema=SCHEMA)[0].parsed == {"n": 1}  # a replayer
+
+
+def test_the_openai_backend_names_its_model_and_settings():
+    from magma_torch.llm.openai_backend import OpenAIBackend
+
+    a = OpenAIBackend(model="gpt-4o-mini", api_key_env=None, require_key=False, check=False)
+    b = OpenAIBackend(model="gpt-4o-mini", api_key_env=None, require_key=False, check=False, extra_body={"seed": 7})
+    assert a.identity["model"] == "gpt-4o-mini" and a.identity != b.identity
+    a.close(), b.close()

@@ -70,6 +70,11 @@ def finish_batch(done: dict[int, Generation], failed: dict[int, str], attempts: 
 class LLM(Protocol):
     name: str
     usage: Usage
+    # What besides the prompt decides a backend's generations (model, server, decoding settings), as JSON,
+    # local models by file or folder name (a run folder's cache still fits where the model lies elsewhere):
+    # a consolidation cache (llm/cache.py) refuses a file another identity wrote. Optional: None or absent
+    # for a model of your own that does not say.
+    identity: dict | None
 
     def generate(self, prompts: Sequence[Prompt], schema: dict | type | None = None, max_tokens: int = 256,
                  temperature: float = 0.0) -> list[Generation]:

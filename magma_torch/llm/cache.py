@@ -6,11 +6,15 @@ stopped half-way (Slurm preemption, a session that ends) would otherwise redo ev
 generation is appended to FILE, synced, as soon as its call returns; the same call later is
 answered from the file. The file moves with a run folder, so a clone that holds it resumes too.
 
-A line's key is a hash of the model's name, the prompt, the output schema, the token budget and
-the temperature: anything else the model gets (a changed prompt, another model) misses and is
-generated. Failed generations are not kept, so a rerun tries them again. Each line also keeps
-what the call cost (tokens and seconds, a batch's seconds shared evenly among its prompts), so
-the cost of a consolidation can be read from its file after any number of resumed attempts.
+A line's key is a hash of the backend's name, the prompt, the output schema, the token budget and
+the temperature: a changed prompt misses and is generated. Each line also names the model that wrote
+it (the backend's ``identity``: its model, server and decoding settings), and a file that another
+model wrote is refused when opened: the key holds only the backend's name, so before, a file written
+with one model answered the same prompts for any other one behind that backend. Lines from before
+that (they name no model) are taken as the file's model's. Failed generations are not kept, so a
+rerun tries them again. Each line also keeps what the call cost (tokens and seconds, a batch's
+seconds shared evenly among its prompts), so the cost of a consolidation can be read from its file
+after any number of resumed attempts.
 
 An LLM consolidator's prompt shows the graph that earlier batches built, so a rerun replays a
 consolidation exactly only when its batches form the same way: a foreground slow path
@@ -25,6 +29,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from magma_torch.errors import MagmaError
 from magma_torch.files import append_synced, read_complete_lines
 
 from .base import LLM, Generation, Prompt, checked_generate
@@ -39,6 +44,10 @@ NUMBERS = ("prompt_tokens", "completion_tokens", "seconds")
 STRINGS = ("key", "text")
 
 
+class CacheModelError(MagmaError, ValueError):
+    """A generation file that another model wrote (its lines name another ``identity``)."""
+
+
 class CachedLLM:
     """``llm`` behind the generation file ``path`` (created on first use). ``usage`` counts only
     the calls that reached the model; ``hits`` counts those the file answered."""
@@ -46,11 +55,17 @@ class CachedLLM:
     def __init__(self, llm: LLM, path: str | Path):
         self.llm, self.path = llm, Path(path)
         self.name = llm.name
+        self.identity = getattr(llm, "identity", None)   # None: a model that does not say (a replayer, a test's)
         self.hits = 0
         self._lock = threading.Lock()
         # a line that is not a JSON object with every field of a kept generation, its cost in numbers and its
         # key and text strings, is refused (DamagedFileError), naming the file, line and field, before any is reused
         lines = read_complete_lines(self.path, key=FIELDS, numbers=NUMBERS, strings=STRINGS)
+        if self.identity is not None:
+            other = next((line["model"] for line in lines if line.get("model", self.identity) != self.identity), None)
+            if other is not None:
+                raise CacheModelError(f"{self.path}: its generations are another model's ({_shown(other)}), not "
+                                      f"this llm's ({_shown(self.identity)}): give consolidation.cache another file")
         self._lines: dict[str, dict] = {line["key"]: line for line in lines}
 
     @property
@@ -76,7 +91,8 @@ class CachedLLM:
                                     temperature=temperature)
             seconds = (time.perf_counter() - t0) / len(missing)
             new = [{"key": keys[i], "text": g.text, "parsed": _plain(g.parsed), "prompt_tokens": g.prompt_tokens,
-                    "completion_tokens": g.completion_tokens, "seconds": seconds}
+                    "completion_tokens": g.completion_tokens, "seconds": seconds,
+                    **({} if self.identity is None else {"model": self.identity})}
                    for i, g in zip(missing, gens, strict=True) if g.error is None]
             fresh = dict(zip(missing, gens, strict=True))
             with self._lock:
@@ -93,6 +109,10 @@ class CachedLLM:
 
     def close(self) -> None:
         self.llm.close()
+
+
+def _shown(identity) -> str:
+    return json.dumps(identity, sort_keys=True)
 
 
 def _plain(parsed):

@@ -193,6 +193,8 @@ class LlamaCppBackend:
             self.server.stop()
             raise
         self.usage = self.client.usage
+        self.identity = {"backend": "llamacpp", "model_file": self.server.model_path.name, "n_ctx": int(n_ctx),
+                         "chat_format": chat_format}
 
     @property
     def url(self) -> str:

@@ -68,6 +68,8 @@ class OpenAIBackend:
             raise ConfigError(f"llm.response_format must be json_schema or json_object, got {response_format!r}")
         self.response_format = response_format
         self.extra_body = dict(extra_body or {})
+        self.identity = {"backend": "openai", "base_url": self.base_url, "model": model,
+                         "response_format": response_format, "strict": self.strict, "extra_body": self.extra_body}
         key = os.environ.get(api_key_env) if api_key_env else None
         if require_key and not key:
             raise LLMUnavailable(f"{name} backend: environment variable {api_key_env} is not set "

@@ -56,6 +56,8 @@ class TransformersBackend:
         self.max_retries = max(0, int(max_retries))
         self.retry_temperature = float(retry_temperature)
         self.seed = seed
+        self.identity = {"backend": "transformers", "model": Path(str(model)).name, "gguf_file": gguf_file,
+                         "dtype": dtype, "seed": seed, "retry_temperature": self.retry_temperature}
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)

@@ -45,6 +45,8 @@ class VLLMBackend:
         self.max_retries = max(0, int(max_retries))
         self.retry_temperature = float(retry_temperature)
         self.seed = seed
+        self.identity = {"backend": "vllm", "model": model, "dtype": dtype, "seed": seed,
+                         "retry_temperature": self.retry_temperature}
         kw = dict(model=model, tensor_parallel_size=int(tensor_parallel_size), dtype=dtype,
                   gpu_memory_utilization=float(gpu_memory_utilization), enforce_eager=bool(enforce_eager),
                   seed=seed)
