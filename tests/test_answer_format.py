@@ -17,6 +17,11 @@ from magma_torch.llm.base import Generation
     ("call 555-1234", "call 555-1234"),
     ("order 2023-05-07-12", "order 2023-05-07-12"),           # part of a longer number
     ("7 May 2023", "7 May 2023"),
+    # before, each of these was spelled out as a month: "the November 2010 season", "pages December 1204"
+    ("the 2010-11 season", "the 2010-11 season"), ("in the 2008-09 school year", "in the 2008-09 school year"),
+    ("pages 1204-12", "pages 1204-12"), ("score 1000-10", "score 1000-10"), ("part A1234-10", "part A1234-10"),
+    ("3.1415-9", "3.1415-9"), ("2023-05-07T10:00", "2023-05-07T10:00"), ("2023-05-07/08", "2023-05-07/08"),
+    ("(2023-05-07).", "(7 May 2023)."), ("2023-5", "2023-5"),
 ])
 def test_iso_dates_are_spelled_out_and_nothing_else_changes(text, expected):
     assert spell_out_dates(text) == expected

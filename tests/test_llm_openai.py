@@ -31,8 +31,9 @@ class Answer(BaseModel):
 class FakeServer:
     """Scripted /v1 server. ``script`` is a list of actions consumed one per POST (then ``default``):
     an int status ("500"), "garbage" (non-JSON body), "sleep" (longer than the client timeout),
-    a string that becomes the message content of a 200 answer, or {"content": value}: that value
-    as the content, whatever its type."""
+    a string that becomes the message content of a 200 answer, {"content": value}: that value
+    as the content, whatever its type (with "refusal" and "finish_reason" keys: those of the
+    answer), or {"status": 429, "retry_after": "1"}: that status with a Retry-After header."""
 
     def __init__(self, script=(), default='{"answer": "ok", "n": 1}', delay=0.0):
         self.script = list(script)
@@ -48,8 +49,10 @@ class FakeServer:
             def log_message(self, *a):
                 pass
 
-            def _send(self, code, body: bytes, ctype="application/json"):
+            def _send(self, code, body: bytes, ctype="application/json", headers=()):
                 self.send_response(code)
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -68,10 +71,16 @@ class FakeServer:
                 if action == "sleep":
                     time.sleep(1.0)
                     return 200, b"{}", "application/json"
+                if isinstance(action, dict) and "status" in action:
+                    return (action["status"], b'{"error": "slow down"}', "application/json",
+                            [("Retry-After", action["retry_after"])])
                 n = len(body["messages"][-1]["content"])
-                content = action["content"] if isinstance(action, dict) else action
-                out = {"choices": [{"message": {"role": "assistant", "content": content},
-                                    "finish_reason": "stop"}],
+                content = action.get("content") if isinstance(action, dict) else action
+                message = {"role": "assistant", "content": content}
+                if isinstance(action, dict) and "refusal" in action:
+                    message["refusal"] = action["refusal"]
+                finish = action.get("finish_reason", "stop") if isinstance(action, dict) else "stop"
+                out = {"choices": [{"message": message, "finish_reason": finish}],
                        "usage": {"prompt_tokens": n, "completion_tokens": 3, "total_tokens": n + 3}}
                 return 200, json.dumps(out).encode(), "application/json"
 
@@ -255,3 +264,39 @@ def test_concurrency_limit_and_token_counts(server):
     assert [g.prompt_tokens for g in gens] == [len(p) for p in prompts]
     assert llm.usage.as_dict() == {"calls": 10, "prompt_tokens": sum(map(len, prompts)),
                                    "completion_tokens": 30, "failures": 0}
+
+
+def test_a_retry_after_replaces_the_backoff(server):
+    # the server's Retry-After was slept and then the exponential backoff on top of it
+    s = server(script=[{"status": 429, "retry_after": "0"}, {"status": 429, "retry_after": "0"}])
+    llm = backend(s.url, max_retries=3)
+    backoffs = []
+    llm._sleep = backoffs.append
+    [g] = llm.generate(["hello"], schema=SCHEMA)
+    assert g.error is None and s.posts == 3 and backoffs == []
+    llm.close()
+
+
+def test_a_refusal_fails_its_item_at_once_naming_it(server):
+    # it was read as an empty answer, "malformed JSON", and asked again max_retries times
+    s = server(script=[{"content": None, "refusal": "I'm sorry, I cannot help with that."}])
+    llm = backend(s.url)
+    [g] = llm.generate(["hello"], schema=SCHEMA)
+    assert g.error == "refused: I'm sorry, I cannot help with that." and s.posts == 1
+    llm.close()
+
+
+def test_an_answer_cut_at_max_tokens_is_not_asked_again(server):
+    s = server(script=[{"content": '{"answer": "x', "finish_reason": "length"}])
+    llm = backend(s.url)
+    [g] = llm.generate(["hello"], schema=SCHEMA, max_tokens=6)
+    assert s.posts == 1 and "malformed JSON" in g.error and "did not fit max_tokens=6" in g.error
+    llm.close()
+
+
+@pytest.mark.parametrize("setting, value", [("timeout_s", 0), ("timeout_s", -1.0), ("connect_timeout_s", 0),
+                                            ("backoff_s", -1), ("timeout_s", "abc")])
+def test_a_timeout_or_backoff_out_of_range_is_refused_naming_it(setting, value):
+    # a timeout of 0 or less failed every request later, as a connection error or a raw ValueError
+    with pytest.raises(ConfigError, match=rf"^llm\.{setting} must be a number"):
+        OpenAIBackend(api_key_env=None, require_key=False, check=False, **{setting: value})

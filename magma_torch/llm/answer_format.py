@@ -12,8 +12,12 @@ import re
 
 from magma_torch.errors import MagmaError
 
-# YYYY-MM-DD or YYYY-MM, not inside a longer run of digits and hyphens (a phone or order number)
-_ISO_DATE = re.compile(r"(?<![\d-])(\d{4})-(\d{1,2})(?:-(\d{1,2}))?(?![\d-])")
+# YYYY-MM-DD or YYYY-MM, standing alone: not inside a longer word, number or run of digits and hyphens
+# (a phone or order number, "A1234-10", "3.1415-9"), nor followed by "/" or a time ("2023-05-07T10:00")
+_ISO_DATE = re.compile(r"(?<![\w.-])(\d{4})-(\d{1,2})(?:-(\d{1,2}))?(?![\w/-]|\.\d)")
+# YYYY-MM alone is read as a month only in these years and with two digits: "pages 1204-12" and
+# "score 1000-10" are not, nor a season written as its two years ("the 2010-11 season")
+MONTH_YEARS = range(1900, 2100)
 DATE_STYLES = ("words", "as_written")
 
 
@@ -32,6 +36,8 @@ def _in_words(m: re.Match) -> str:
     if not 1 <= month <= 12 or year == 0:     # the calendar has no year 0 (1 BC precedes AD 1)
         return m[0]
     if m[3] is None:
+        if len(m[2]) != 2 or year not in MONTH_YEARS or month == (year + 1) % 100:
+            return m[0]
         return f"{calendar.month_name[month]} {year}"
     day = int(m[3])
     return f"{day} {calendar.month_name[month]} {year}" if 1 <= day <= calendar.monthrange(year, month)[1] else m[0]
@@ -39,7 +45,8 @@ def _in_words(m: re.Match) -> str:
 
 def spell_out_dates(text: str) -> str:
     """ISO dates in ``text`` written as the prompts ask: 2023-05-07 -> 7 May 2023, 2023-07 -> July
-    2023. Anything that is not a valid date (2023-13-01, 2023-02-30, 0000-05-07, a phone number) is left."""
+    2023. Anything that is not a valid date (2023-13-01, 2023-02-30, 0000-05-07, a phone number, a range
+    of pages or seasons such as 1204-12 and 2010-11, part of a word or a datetime) is left."""
     return _ISO_DATE.sub(_in_words, text)
 
 

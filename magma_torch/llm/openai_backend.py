@@ -58,6 +58,13 @@ class OpenAIBackend:
         except httpx.InvalidURL as err:
             raise ConfigError(f"llm.base_url: {base_url!r} is not a URL ({err})") from None
         self.model = model
+        for setting, value, low in (("timeout_s", timeout_s, 0), ("connect_timeout_s", connect_timeout_s, 0),
+                                    ("backoff_s", backoff_s, None), ("max_backoff_s", max_backoff_s, None)):
+            # a timeout of 0 or less failed every request later, as a connection error or a raw ValueError
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0
+                    or (low is not None and not value > low)):
+                raise ConfigError(f"llm.{setting} must be a number {'> 0' if low is not None else '>= 0'} "
+                                  f"(seconds), got {value!r}")
         self.concurrency = max(1, int(concurrency))
         self.timeout_s = float(timeout_s)
         self.max_retries = max(0, int(max_retries))
@@ -130,11 +137,13 @@ class OpenAIBackend:
         p_tok = c_tok = 0
         reason = "no attempt"
         connect_fail_only = True
+        paced = False   # the server's Retry-After was waited out: it replaces the backoff, not adds to it
         for attempt in range(self.max_retries + 1):
             if dead.is_set():
                 return Generation("", None, p_tok, c_tok, f"skipped: {self.base_url} unreachable ({reason})")
-            if attempt:
+            if attempt and not paced:
                 self._sleep(attempt - 1)
+            paced = False
             try:
                 r = self._client.post(url, json=body)
             except httpx.TimeoutException as e:
@@ -150,6 +159,7 @@ class OpenAIBackend:
                     ra = r.headers.get("retry-after", "")
                     if ra.replace(".", "", 1).isdigit() and attempt < self.max_retries:
                         time.sleep(min(float(ra), self.max_backoff_s))   # the server's own pacing (429)
+                        paced = True
                     continue
                 return Generation("", None, p_tok, c_tok, reason)   # 400/404/...: retrying will not help
             try:
@@ -158,19 +168,24 @@ class OpenAIBackend:
                 p_tok += int(usage.get("prompt_tokens") or 0)
                 c_tok += int(usage.get("completion_tokens") or 0)
                 choice = data["choices"][0]
+                refusal = choice["message"].get("refusal")
                 text = choice["message"].get("content") or ""
                 if not isinstance(text, str):   # e.g. a list of content parts: no text this backend can read
                     raise TypeError(f"message content is a {type(text).__name__}, not a string")
             except Exception as e:
                 reason = f"bad response body: {type(e).__name__}: {str(e)[:120]}"
                 continue
+            if refusal and not text:   # the model declined: asking again costs as much and gets the same
+                return Generation("", None, p_tok, c_tok, f"refused: {str(refusal)[:200]}")
             if schema is None:
                 return Generation(text, None, p_tok, c_tok)
             try:
                 parsed = parse_output(text, schema)
             except OutputError as e:
-                fin = choice.get("finish_reason")
-                reason = f"{e}" + (" (finish_reason=length)" if fin == "length" else "")
+                if choice.get("finish_reason") == "length":   # cut at max_tokens: the same request is cut again
+                    return Generation("", None, p_tok, c_tok, f"{e} (finish_reason=length: the answer did not fit "
+                                                              f"max_tokens={int(max_tokens)})")
+                reason = f"{e}"
                 continue
             return Generation(text, parsed, p_tok, c_tok)
         if connect_fail_only:
