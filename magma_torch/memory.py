@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import partial
@@ -508,7 +509,8 @@ class MagmaMemory:
         is kept for a save), its pending events stay pending, and the calls that change it raise
         ``ReadOnlyError``.
         Raises ``CorruptSaveError`` naming a missing or damaged file, ``SaveNotFoundError`` (a
-        FileNotFoundError) when there is no folder at ``path``."""
+        FileNotFoundError) when there is no folder at ``path`` or it is a ``store_dir`` or namespace folder."""
+        durability.refuse_memory_folder(path)
         saved = persistence.read_save(path)
         if read_only:
             return cls._read_only_view(saved, Path(path), saved.state["namespace"], embedder=embedder, device=device,
@@ -565,6 +567,9 @@ class MagmaMemory:
                     llm: LLM | None, store_dir: str | os.PathLike | None = None,
                     durable: bool = False) -> "MagmaMemory":
         s = saved.state
+        # a namespace this import makes is removed when the import is refused: nothing is stored
+        folder = None if store_dir is None else Path(store_dir) / s["namespace"]
+        fresh = folder if folder is not None and not folder.exists() else None
         mem = cls(saved_config(s["config"]), s["consolidation"], namespace=s["namespace"], device=device,
                   embedder=embedder, llm=llm, store_dir=store_dir, durable=durable)
         try:
@@ -576,6 +581,8 @@ class MagmaMemory:
                 mem.checkpoint()
         except BaseException:
             mem._close_unopened()
+            if fresh is not None:
+                shutil.rmtree(fresh, ignore_errors=True)
             raise
         return mem
 
@@ -586,16 +593,28 @@ class MagmaMemory:
             tokens = persistence.load_store(saved, self.store, partial(fast_path.embed_text, cfg=self.fast_cfg))
         except IndexError as err:       # a node index out of range: load_store places rows by index
             raise CorruptSaveError(f"{saved.path}: an index points past its table: {err}") from None
+        except MagmaError:
+            raise
+        except (TypeError, ValueError, KeyError) as err:   # a hand-edited field of the wrong type
+            raise CorruptSaveError(f"{saved.path}: {type(err).__name__}: {err}") from None
         if len(self.store) and not len(self.store.episodes):  # a save from before episodes
             with self.store.lock:
                 assign_episodes(self.store, range(len(self.store)), self.store.events.embeddings.data,
                                 self.fast_cfg.episodes, tokens)
         if verify:
-            found = integrity.problems(self.store) + _queue_problems(saved.state["worker"], len(self.store))
+            try:
+                found = integrity.problems(self.store) + _queue_problems(saved.state["worker"], len(self.store))
+            except (IndexError, TypeError, ValueError, KeyError) as err:   # a link past its table: prev=99
+                raise CorruptSaveError(f"{saved.path}: {type(err).__name__}: {err}") from None
             if found:
                 raise CorruptSaveError(f"{saved.path}: {len(found)} integrity problem(s): " + "; ".join(found[:5]))
         if self.consolidator is not None:
-            self.consolidator.load_state_dict(saved.state["consolidator"])
+            try:
+                self.consolidator.load_state_dict(saved.state["consolidator"])
+            except MagmaError:
+                raise
+            except (TypeError, ValueError, KeyError, AttributeError) as err:   # e.g. a hand-edited export
+                raise CorruptSaveError(f"{saved.path}: the consolidator's state: {type(err).__name__}: {err}") from None
         # Last: a background worker starts on the queue as soon as it has one.
         self.worker.load_state_dict(saved.state["worker"])
 

@@ -1,4 +1,5 @@
 """save/load: an exact round trip (store, indexes, queue, consolidator), verified and atomic."""
+import json
 import math
 import os
 import re
@@ -15,7 +16,8 @@ from magma_torch.eval.datasets import load_demo
 from magma_torch.ingest import bulk
 from magma_torch.memory import saved_config
 from magma_torch.store import persistence
-from magma_torch.store.persistence import CorruptSaveError
+from magma_torch.ingest.fast_path import IngestError
+from magma_torch.store.persistence import CorruptSaveError, SaveNotFoundError
 from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
 from magma_torch.testing import assert_same_retrieval, assert_same_store
@@ -226,3 +228,69 @@ def test_a_config_saved_before_new_settings_gets_their_defaults():
     cfg = saved_config(old)
     assert cfg.chain_span == 4 and cfg.scan_dtype == "auto" and cfg.retrieval.similarity.matrix_min_batch == 8
     assert cfg.name == "hybrid_rag" and cfg.retrieval.anchor_k == 200          # the saved values win
+
+
+def _export(embedder, path: Path) -> list[dict]:
+    with MagmaMemory(consolidation="none", embedder=embedder) as mem:
+        mem.add("I live in Boston.", "2023-01-01 10:00", speaker="A")
+        mem.add("I moved to Denver.", "2023-01-01 11:00", speaker="A")
+        mem.export_jsonl(path)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _events(lines: list[dict]) -> list[int]:
+    return [i for i, line in enumerate(lines) if line["type"] == "event"]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda lines: lines[_events(lines)[0]].update(timestamp="2023-01-01T10:00:00"),
+    lambda lines: lines[_events(lines)[0]].update(text=42),
+    lambda lines: lines[_events(lines)[1]].update(prev=99),
+    lambda lines: lines[_events(lines)[0]].update(status="pending"),
+    lambda lines: lines[0]["counts"].pop("edges"),
+], ids=["timestamp a string", "text a number", "prev past the table", "status a string", "counts without edges"])
+def test_a_hand_edited_export_of_the_wrong_type_is_refused_naming_it(embedder, tmp_path, edit):
+    # each raised a bare ValueError, TypeError, IndexError or KeyError that named no file
+    lines = _export(embedder, tmp_path / "good.jsonl")
+    edit(lines)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(CorruptSaveError, match=r"bad\.jsonl"):
+        MagmaMemory.import_jsonl(bad, embedder=embedder)
+
+
+def test_a_refused_import_into_a_store_dir_leaves_no_namespace(embedder, tmp_path):
+    # the README: refused "before anything is stored"; the namespace's folder and empty checkpoint stayed
+    lines = _export(embedder, tmp_path / "good.jsonl")
+    lines[_events(lines)[1]]["prev"] = -5
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(CorruptSaveError, match="integrity problem"):
+        MagmaMemory.import_jsonl(bad, embedder=embedder, store_dir=tmp_path / "dir", namespace="tenant")
+    assert MagmaMemory.namespaces(tmp_path / "dir") == []
+    with MagmaMemory.import_jsonl(tmp_path / "good.jsonl", embedder=embedder, store_dir=tmp_path / "dir",
+                                  namespace="tenant") as mem:
+        assert len(list(mem.events())) == 2
+
+
+def test_load_given_a_store_dir_or_a_namespace_folder_says_how_to_open_it(embedder, tmp_path):
+    with MagmaMemory(consolidation="none", embedder=embedder, store_dir=tmp_path / "dir", namespace="tenant") as mem:
+        mem.add("hello there", "2023-01-01 10:00")
+    with pytest.raises(SaveNotFoundError, match=r"tenant: a namespace folder of a store_dir, not a save: .*"
+                                                r"namespace='tenant'"):
+        MagmaMemory.load(tmp_path / "dir" / "tenant")
+    with pytest.raises(SaveNotFoundError, match=r"dir: a store_dir, not a save"):
+        MagmaMemory.load(tmp_path / "dir")
+
+
+def test_metadata_nested_past_the_limit_is_refused_at_add(embedder, tmp_path):
+    # 500 levels were added, and then the save, the export and a durable memory's log raised RecursionError
+    deep = leaf = {}
+    for _ in range(500):
+        leaf["a"] = {}
+        leaf = leaf["a"]
+    with MagmaMemory(consolidation="none", embedder=embedder) as mem:
+        with pytest.raises(IngestError, match="metadata is nested 501 levels deep, more than 64"):
+            mem.add("hello", "2023-01-01 10:00", metadata=deep)
+        mem.add("hello", "2023-01-01 10:00", metadata={"a": {"b": [1, {"c": 2}]}})
+        mem.save(tmp_path / "ok")

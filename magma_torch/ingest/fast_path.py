@@ -83,14 +83,31 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig,
         try:
             # Stored as JSON reads it back, so the store, its save, its log and an export agree.
             metadata = json.loads(json.dumps(dict(metadata))) if metadata else None
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, RecursionError) as err:
             raise IngestError(f"{name}: metadata is not JSON-serialisable: {err}") from None
+        if (depth := _depth(metadata)) > MAX_METADATA_DEPTH:
+            # deeper, the save, the export and the log's record (dataclasses.asdict) ran out of recursion
+            raise IngestError(f"{name}: metadata is nested {depth} levels deep, more than {MAX_METADATA_DEPTH}")
         rows.append(EventRow(text=text, timestamp=epoch, stream=stream, speaker=speaker, source_id=source_id,
                              session_id=None if rec.get("session_id") is None else str(rec["session_id"]),
                              dates=[_date_dict(d) for d in resolve_dates(text, ts)], metadata=metadata))
         existing.append(None)
         seen[key] = -len(rows)  # placeholder -1 - row index: resolved to a real id after append
     return rows, existing, goes_back
+
+
+MAX_METADATA_DEPTH = 64
+
+
+def _depth(value) -> int:
+    """Levels of nested lists and mappings in JSON ``value`` (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d + 1)
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def _check_same_turn(name: str, source_id: str, held: EventRow, key: tuple) -> None:

@@ -77,6 +77,21 @@ def namespaces(store_dir: str | os.PathLike) -> list[str]:
     return sorted(p.name for p in root.iterdir() if _NAMESPACE.fullmatch(p.name) and (p / CHECKPOINT).is_dir())
 
 
+def refuse_memory_folder(path: str | os.PathLike) -> None:
+    """``SaveNotFoundError`` when ``path`` is a ``store_dir`` or one namespace's folder, which ``load``
+    was given in place of a save (it said "manifest.json: missing (incomplete save?)")."""
+    path = Path(path)
+    if (path / persistence.MANIFEST).exists() or not path.is_dir():
+        return
+    if (path / CHECKPOINT).is_dir() or (path / WAL).exists():
+        raise SaveNotFoundError(f"{path}: a namespace folder of a store_dir, not a save: open it with "
+                                f"MagmaMemory(store_dir={str(path.parent)!r}, namespace={path.name!r}) or "
+                                "MagmaMemory.open_readonly")
+    if any((p / CHECKPOINT).is_dir() for p in path.iterdir() if p.is_dir()):
+        raise SaveNotFoundError(f"{path}: a store_dir, not a save: open one of its namespaces with "
+                                f"MagmaMemory(store_dir={str(path)!r}, namespace=...)")
+
+
 def forget_namespace(store_dir: str | os.PathLike, namespace: str) -> None:
     """Delete the folder ``store_dir/<namespace>`` with its checkpoint and log; refuses while a
     memory holds it open."""

@@ -112,9 +112,18 @@ def read_jsonl(path: str | os.PathLike) -> SavedStore:
                 reader.add(json.loads(raw))
             except CorruptSaveError:
                 raise
-            except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as err:
+            except _DAMAGE as err:
                 raise CorruptSaveError(f"{path}:{number}: {type(err).__name__}: {err}") from None
-    return reader.finish()
+    try:    # the tables built from every line: a field of the wrong type fails here
+        return reader.finish()
+    except CorruptSaveError:
+        raise
+    except _DAMAGE as err:
+        raise CorruptSaveError(f"{path}: {type(err).__name__}: {err}") from None
+
+
+# What a field of the wrong type or shape raises where its line is read or its table built
+_DAMAGE = (ValueError, TypeError, KeyError, IndexError, RuntimeError)
 
 
 class _Reader:
