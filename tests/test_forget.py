@@ -519,8 +519,9 @@ def test_a_person_named_before_they_speak_keeps_their_mention_through_update_and
 def test_a_place_named_like_the_start_of_a_speakers_name_is_an_entity(emb):
     # "Rome" is not a short form of the speaker "Romeo": the short-form rule is for person names.
     with MagmaMemory(config(), "heuristic", embedder=emb, device="cpu") as mem:
-        mem.add_many([{"text": "Hello there, how was your week?", "timestamp": "2023-05-01 09:00", "speaker": "Romeo"},
-                      {"text": "I flew to Rome last week for work.", "timestamp": "2023-05-01 09:01", "speaker": "Kate"}])
+        mem.add_many([
+            {"text": "Hello there, how was your week?", "timestamp": "2023-05-01 09:00", "speaker": "Romeo"},
+            {"text": "I flew to Rome last week for work.", "timestamp": "2023-05-01 09:01", "speaker": "Kate"}])
         mem.consolidate()
         assert "rome" in mem.store.entities.by_name
 
