@@ -414,3 +414,12 @@ def test_a_question_without_an_answer_loads_and_is_named(tmp_path, caplog):
         [s] = load_locomo(_write(tmp_path, [_sample(qa=qa)]))
     assert s.questions[0].gold is None
     assert "qa[0]: no 'answer': the question's answer is not scored" in caplog.text
+
+
+def test_a_turn_whose_dia_id_does_not_parse_can_still_be_cited(tmp_path):
+    # the turn keeps "D1x" as its id; evidence citing "D1x" was dropped as matching no turn
+    sample = _sample(qa=[_qa(["D1x", "D1:1"])])
+    sample["conversation"]["session_1"][1]["dia_id"] = "D1x"
+    [s] = load_locomo(_write(tmp_path, [sample]))
+    assert [t.source_id for t in s.turns][:2] == ["D1:1", "D1x"]
+    assert s.questions[0].evidence == ("D1x", "D1:1")

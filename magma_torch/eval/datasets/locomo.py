@@ -154,7 +154,8 @@ def _question(
             raise DatasetError(f"{file}: {where}.evidence[{j}]: expected str, got {type(item).__name__}")
         # Some entries pack several ids: "D8:6; D9:17".
         for piece in filter(None, re.split(r"[;,\s]+", item)):
-            dia_id = canonical_dia_id(piece)
+            # a turn whose dia_id does not parse keeps it as written (_turn), and evidence may cite it so
+            dia_id = canonical_dia_id(piece) or piece
             if dia_id in known:
                 if dia_id not in evidence:
                     evidence.append(dia_id)
