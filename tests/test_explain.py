@@ -350,3 +350,26 @@ def test_anchors_the_beam_did_not_keep_are_not_listed_and_the_views_explain():
     assert len(r.anchors) == 2 and {a.id for a in r.anchors} <= held
     ex = explain(r, 15, 10)
     assert "anchor #2" in format_text(ex) and "<h2>Anchors" in render_html(ex).html
+
+
+def test_an_event_expanded_from_outside_the_time_window_is_not_called_full_context():
+    # magma_paper-style time filter: B1 is reached from A2, which lies outside June 2023 and is left out,
+    # so B1 keeps no path; it was labelled "listed without ranking (full-context memory)"
+    cfg = {"fast_path": {"theta_sim": 0.45},
+           "retrieval": {"time_filter": True, "anchor_k": 1, "rerank": {"pool": 0}, "beam": {"drop_threshold": -1.0},
+                         "signal_weights": {"vector": 1.0, "keyword": 0.0, "time": 0.0, "vector_context": 0.0,
+                                            "keyword_context": 0.0, "speaker": 0.0, "entity": 0.0, "episode": 0.0}}}
+    with MagmaMemory(config=cfg, consolidation="none") as mem:
+        mem.add_many([
+            {"text": "I watched a film at the cinema.", "timestamp": "2023-06-05 10:00", "speaker": "Ann",
+             "stream": "a", "source_id": "A1"},
+            {"text": "I cooked a big pasta dinner.", "timestamp": "2023-06-20 10:00", "speaker": "Bob",
+             "stream": "b", "source_id": "B1"},
+            {"text": "Then I cooked pasta for dinner.", "timestamp": "2023-07-10 10:00", "speaker": "Ann",
+             "stream": "a", "source_id": "A2"}])
+        r = mem.retrieve("What film did Ann watch at the cinema in June 2023?")
+    held = {s for n in r.nodes for s in n.source_ids}
+    assert held == {"A1", "B1"} and not any(p.dst == n.id for p in r.paths for n in r.nodes if "B1" in n.source_ids)
+    out = format_text(explain(r, 15, 10))
+    line = next(x for x in out.splitlines() if " B1 " in x)
+    assert "outside the question's time window" in line and "full-context" not in out

@@ -28,6 +28,8 @@ def describe_reason(ex: Explanation, n: ShownNode) -> str:
         older = [m for m in ex.nodes if m.node.superseded_by == n.node.id]
         if older:
             return f"the update of {event_ref(older[0].node)} (supersession)"
+        if ex.retrieval.anchors:   # a graph memory: its path ran through an event the time filter left out
+            return "expanded from an event outside the question's time window (time filter)"
         return "listed without ranking (full-context memory)"
     e = n.reached_by
     kind, name = ex.hop(e.relation)
