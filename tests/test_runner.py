@@ -131,6 +131,8 @@ def test_a_key_the_schema_lacks_a_wrong_type_or_a_value_out_of_range_fails_in_on
     ("objective=recall_all@3000tok", "objective=recall_all@3000tok is not a metric of this run"),
     # before: refused after the whole run (LoCoMo's schema, the demo's too, names no evidence sessions)
     ("objective=session_recall_all@10", "objective=session_recall_all@10 is not a metric of this run"),
+    # before: every trial of a sweep ran, then Optuna failed on the null ("must be float-castable")
+    ("objective=f1", "objective=f1 is null in every run of task=retrieval: name a recall metric"),
 ])
 def test_bad_recall_cut_offs_or_objective_fail_in_one_line_before_any_work(tmp_path, override, named):
     refused_before_any_work(tmp_path, override, named)

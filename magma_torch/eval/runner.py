@@ -431,6 +431,13 @@ def run_and_report(cfg: DictConfig) -> float | None:
         # (no session columns where no question can name its sessions)
         keys = recall_keys(cfg.task, has_session_evidence(cfg.dataset.name))
         objective_value({"overall": summarise([], cfg.task, keys)}, cfg.objective)
+        # answer metrics are null without answers (task=retrieval) and the judge's without a judge: a sweep
+        # ran its every trial and then failed on the null ("Return value must be float-castable")
+        without = ("task=" + cfg.task.name if cfg.task.name != "qa"
+                   else "task=qa without judge=..." if cfg.objective == "judge" and cfg.get("judge") is None else None)
+        if cfg.objective in QA_METRICS and without is not None:
+            raise ConfigError(f"objective={cfg.objective} is null in every run of {without}: name a recall metric, "
+                              "or run task=qa (with a judge for objective=judge)")
         metrics = run(cfg, out)
         value = objective_value(metrics, cfg.objective)
     except (Terminated, KeyboardInterrupt) as err:
