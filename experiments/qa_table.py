@@ -65,7 +65,9 @@ def row(name: str, metrics: dict) -> list[str]:
 
 
 def table(root: Path, compare: tuple[tuple[str, str], ...] = COMPARE, resamples: int = RESAMPLES,
-          seed: int = SEED) -> str:
+          seed: int = SEED, named: bool = False) -> str:
+    """The QA table of the run folders below ``root`` and the F1 bootstrap of each ``compare`` pair whose
+    folders exist; ``named`` (pairs the user gave): a missing folder is an error."""
     runs = {}
     for path in sorted(root.glob("*/metrics.json")):
         metrics = read_json_object(path)     # a damaged one: DamagedFileError naming it
@@ -78,6 +80,9 @@ def table(root: Path, compare: tuple[tuple[str, str], ...] = COMPARE, resamples:
     names = [m for m in ORDER if m in runs] + sorted(set(runs) - set(ORDER))
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(m, runs[m][1])) + " |" for m in names]
+    missing = [name for pair in compare for name in pair if name not in runs]
+    if named and missing:    # a typo in --compare printed the table and no comparison, exit 0
+        raise CompareError(f"--compare: no run folder {missing[0]!r} in {root} (folders: {', '.join(sorted(runs))})")
     for a, b in [(a, b) for a, b in compare if a in runs and b in runs]:
         d = paired_difference(runs[a][0], runs[b][0], "f1", resamples, seed)
         lines += ["", f"F1 {a} − {b}: {d['difference']:+.3f}, 95 % interval [{d['low']:+.3f}, {d['high']:+.3f}] "
@@ -97,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=SEED)
     args = ap.parse_args(argv)
     try:
-        text = table(args.root, tuple(map(tuple, args.compare or COMPARE)), args.resamples, args.seed)
+        text = table(args.root, tuple(map(tuple, args.compare or COMPARE)), args.resamples, args.seed,
+                     named=args.compare is not None)
     except MagmaError as err:      # a CompareError, or a DamagedFileError naming the file
         print(f"qa_table: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
 from report import ABLATIONS, load_runs  # experiments/report.py: the same run discovery and de-duplication
 
+from magma_torch.errors import MagmaError
 from magma_torch.eval.metrics import retrieval_ms
 
 CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain")
@@ -23,7 +25,9 @@ ORDER = ("magma", "magma_mpnet", "magma_paper", "magma_no_context", "hybrid_rag"
 
 
 def cell(block: dict) -> str:
-    return f"{block['recall_all@10']:.3f} / {block['recall_all@2000tok']:.3f}"
+    """``@10 / @2000tok``; "–" for a figure the run does not have (other cut-offs: a KeyError before)."""
+    return " / ".join("–" if block.get(k) is None else f"{block[k]:.3f}"
+                      for k in ("recall_all@10", "recall_all@2000tok"))
 
 
 def recall_table(metrics: dict[str, dict], order=ORDER) -> str:
@@ -43,7 +47,11 @@ def main(argv=None) -> None:
     ap.add_argument("--order", nargs="+", default=list(ORDER))
     ap.add_argument("--copy-to", type=Path)
     args = ap.parse_args(argv)
-    runs = {r["metrics"]["memory"]: r for r in load_runs(args.runs)}
+    try:
+        runs = {r["metrics"]["memory"]: r for r in load_runs(args.runs)}
+    except MagmaError as err:      # a ReportError or a DamagedFileError naming the folder (a traceback before)
+        print(f"recall_table: error: {err}", file=sys.stderr)
+        sys.exit(2)
     print(recall_table({name: run["metrics"] for name, run in runs.items()}, args.order), end="")
     for name, run in runs.items() if args.copy_to else ():
         (args.copy_to / name).mkdir(parents=True, exist_ok=True)

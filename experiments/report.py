@@ -61,6 +61,9 @@ def load_runs(paths: list[Path]) -> list[dict]:
         # it is one run per memory already
         cfg = OmegaConf.load(folder / "config.yaml") if (folder / "config.yaml").is_file() else OmegaConf.create()
         same = {k: OmegaConf.to_container(cfg[k]) for k in SAME_RUN_KEYS if k in cfg}
+        if "dataset" in cfg:   # its questions: another limit, selection or split file is another experiment
+            data = OmegaConf.to_container(cfg.dataset)
+            same["dataset"] = {**data, "path": data.get("path") and Path(data["path"]).name}
         key = (metrics["dataset"], metrics["memory"])
         if key in runs:
             if runs[key]["same"] != same:

@@ -159,3 +159,18 @@ def test_a_run_of_the_same_memory_on_another_graph_is_its_own_row_and_interval(t
     assert lines[6].startswith("F1 magma − hybrid_rag: +0.375") and lines[8].startswith("F1 magma_llm_graph − magma: +0.250")
     only = qa_table.table(root, compare=(("magma_llm_graph", "hybrid_rag"),), resamples=1000).splitlines()
     assert only[-1].startswith("F1 magma_llm_graph − hybrid_rag: +0.625") and len(only) == 7
+
+
+def test_a_compare_naming_no_folder_and_zero_resamples_are_refused_in_one_line(tmp_path, capsys):
+    # before: a typo in --compare printed the table without the comparison (exit 0), and --resamples 0
+    # ended in numpy's IndexError
+    make_run(tmp_path, "hybrid_rag", {"q1": 0.5, "q2": 0.25})
+    make_run(tmp_path, "magma", {"q1": 1.0, "q2": 0.5})
+    with pytest.raises(SystemExit) as stop:
+        qa_table.main([str(tmp_path), "--compare", "magma", "hybird_rag"])
+    assert stop.value.code == 2 and capsys.readouterr().err == (
+        f"qa_table: error: --compare: no run folder 'hybird_rag' in {tmp_path} (folders: hybrid_rag, magma)\n")
+    with pytest.raises(SystemExit) as stop:
+        qa_table.main([str(tmp_path), "--resamples", "0"])
+    assert stop.value.code == 2 and capsys.readouterr().err == (
+        "qa_table: error: resamples must be a whole number >= 1, got 0\n")

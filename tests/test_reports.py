@@ -143,3 +143,29 @@ def test_recall_table_reads_the_committed_runs_into_the_readmes_table():
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert len(table) == 17 and table[0].endswith("| retrieval ms / question |")
     assert all(line in (ROOT / "README.md").read_text().splitlines() for line in table)
+
+
+def test_runs_of_one_memory_on_other_questions_are_refused_not_dropped(tmp_path):
+    # before: the dataset block was not compared, so the second run (70 questions against 24) vanished
+    for name, limit in (("a", 1), ("b", None)):
+        folder = make_run(tmp_path / name, "0", "demo", "bm25", 0.5)
+        cfg = yaml.safe_load((folder / "config.yaml").read_text())
+        cfg["dataset"] = {"name": "demo", "path": None, "limit": limit}
+        (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = report(tmp_path / "a", tmp_path / "b", "--out", tmp_path / "out")
+    assert proc.returncode == 2 and "two different bm25 runs on demo" in proc.stderr
+
+
+def test_recall_table_names_a_bad_folder_in_one_line_and_dashes_a_missing_figure(tmp_path):
+    script = ROOT / "experiments" / "recall_table.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "nope")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"recall_table: error: {tmp_path / 'nope'}: not a folder"
+    folder = make_run(tmp_path / "runs", "0", "locomo", "magma", 0.5)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    del metrics["overall"]["recall_all@10"]                     # a run with task.recall_k=[5]: a KeyError before
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "| magma | – / 0.600 |" in proc.stdout

@@ -45,6 +45,9 @@ def paired_difference(folder_a: Path, folder_b: Path, key: str = "f1", resamples
                  and b[q].get(key) is not None)
     if not ids:
         raise CompareError(f"{folder_a}: no question with a {key} score in both runs")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        # zero resamples ended in numpy's IndexError on an empty array
+        raise CompareError(f"resamples must be a whole number >= 1, got {resamples!r}")
     diff, low, high = paired_bootstrap([a[q][key] for q in ids], [b[q][key] for q in ids], resamples, seed)
     return {"key": key, "n": len(ids), "difference": diff, "low": low, "high": high, "resamples": resamples,
             "seed": seed}
