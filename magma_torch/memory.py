@@ -589,32 +589,26 @@ class MagmaMemory:
     def _restore(self, saved: persistence.SavedStore, verify: bool = False) -> None:
         """Load ``saved`` into the empty store; with ``verify`` (a save or export from outside,
         which a hand edit may have broken) its integrity is checked before anything works on it."""
-        try:
-            tokens = persistence.load_store(saved, self.store, partial(fast_path.embed_text, cfg=self.fast_cfg))
-        except IndexError as err:       # a node index out of range: load_store places rows by index
-            raise CorruptSaveError(f"{saved.path}: an index points past its table: {err}") from None
-        except MagmaError:
-            raise
-        except (TypeError, ValueError, KeyError) as err:   # a hand-edited field of the wrong type
-            raise CorruptSaveError(f"{saved.path}: {type(err).__name__}: {err}") from None
+        # a hand-edited field of the wrong type
+        with persistence.named_damage(saved.path, (TypeError, ValueError, KeyError)):
+            try:
+                tokens = persistence.load_store(saved, self.store, partial(fast_path.embed_text, cfg=self.fast_cfg))
+            except IndexError as err:       # a node index out of range: load_store places rows by index
+                raise CorruptSaveError(f"{saved.path}: an index points past its table: {err}") from None
         if len(self.store) and not len(self.store.episodes):  # a save from before episodes
             with self.store.lock:
                 assign_episodes(self.store, range(len(self.store)), self.store.events.embeddings.data,
                                 self.fast_cfg.episodes, tokens)
         if verify:
-            try:
+            # a link past its table (prev=99) fails in the derived columns
+            with persistence.named_damage(saved.path, (IndexError, TypeError, ValueError, KeyError)):
                 found = integrity.problems(self.store) + _queue_problems(saved.state["worker"], len(self.store))
-            except (IndexError, TypeError, ValueError, KeyError) as err:   # a link past its table: prev=99
-                raise CorruptSaveError(f"{saved.path}: {type(err).__name__}: {err}") from None
             if found:
                 raise CorruptSaveError(f"{saved.path}: {len(found)} integrity problem(s): " + "; ".join(found[:5]))
         if self.consolidator is not None:
-            try:
+            with persistence.named_damage(saved.path, (TypeError, ValueError, KeyError, AttributeError),
+                                          "the consolidator's state: "):   # e.g. a hand-edited export
                 self.consolidator.load_state_dict(saved.state["consolidator"])
-            except MagmaError:
-                raise
-            except (TypeError, ValueError, KeyError, AttributeError) as err:   # e.g. a hand-edited export
-                raise CorruptSaveError(f"{saved.path}: the consolidator's state: {type(err).__name__}: {err}") from None
         # Last: a background worker starts on the queue as soon as it has one.
         self.worker.load_state_dict(saved.state["worker"])
 

@@ -38,7 +38,7 @@ from magma_torch.files import replaced_atomically
 from magma_torch.store.graph import RELATIONS
 from magma_torch.store.persistence import (CorruptSaveError, SavedStore, SaveNotFoundError, SaveWouldOverwriteError,
                                            check_counts, event_line, float32_from_base64, float32_to_base64,
-                                           refuse_below_file)
+                                           named_damage, refuse_below_file)
 from magma_torch.store.tables import EventRow
 
 FORMAT = "magma_torch.jsonl"
@@ -108,18 +108,10 @@ def read_jsonl(path: str | os.PathLike) -> SavedStore:
     with open(path, "rb") as f:
         # Lines split on "\n" only: JSON escapes it, not the other characters str.splitlines() breaks on.
         for number, raw in enumerate(f, 1):
-            try:
+            with named_damage(f"{path}:{number}", _DAMAGE):
                 reader.add(json.loads(raw))
-            except CorruptSaveError:
-                raise
-            except _DAMAGE as err:
-                raise CorruptSaveError(f"{path}:{number}: {type(err).__name__}: {err}") from None
-    try:    # the tables built from every line: a field of the wrong type fails here
+    with named_damage(path, _DAMAGE):    # the tables built from every line: a field of the wrong type fails here
         return reader.finish()
-    except CorruptSaveError:
-        raise
-    except _DAMAGE as err:
-        raise CorruptSaveError(f"{path}: {type(err).__name__}: {err}") from None
 
 
 # What a field of the wrong type or shape raises where its line is read or its table built

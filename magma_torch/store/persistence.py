@@ -30,7 +30,8 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -56,6 +57,7 @@ FILES = (TENSORS, EVENTS, ENTITIES, STATE)
 
 class CorruptSaveError(MagmaError, ValueError):
     """A save folder that is incomplete, corrupted or of an unknown format; names the file."""
+
 
 
 class SaveNotFoundError(MagmaError, FileNotFoundError):
@@ -219,6 +221,19 @@ def recover_interrupted_save(path: str | os.PathLike) -> None:
 
 
 # ---- load ----
+
+@contextmanager
+def named_damage(where, errors: tuple[type[Exception], ...], what: str = "") -> Iterator[None]:
+    """Around reading a save or export into tables: a bare error of ``errors`` (what a field of the wrong
+    type or shape raises there) becomes a ``CorruptSaveError`` naming ``where`` (then ``what``); a
+    ``MagmaError`` passes as it is."""
+    try:
+        yield
+    except MagmaError:
+        raise
+    except errors as err:
+        raise CorruptSaveError(f"{where}: {what}{type(err).__name__}: {err}") from None
+
 
 def read_save(path: str | os.PathLike) -> SavedStore:
     """Read and verify a save folder; raises ``CorruptSaveError`` naming the bad file, ``SaveNotFoundError``
