@@ -4,6 +4,7 @@ import hashlib
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -373,3 +374,46 @@ def test_an_event_expanded_from_outside_the_time_window_is_not_called_full_conte
     out = format_text(explain(r, 15, 10))
     line = next(x for x in out.splitlines() if " B1 " in x)
     assert "outside the question's time window" in line and "full-context" not in out
+
+
+def test_an_update_is_explained_whether_or_not_its_earlier_event_is_shown():
+    # anchor D:1 is superseded by D:0, which supersession pulled in; with --top 1 only D:0 is shown, and its
+    # reason was looked for among the shown events: "outside the question's time window", with no window
+    nodes = [_node(0), replace(_node(1), valid_to=_node(0).timestamp, superseded_by=0)]
+    r = Retrieval("q", "FACT", None, [Anchor(1, 0.03, {"vector": 1})], nodes, [], "ctx", 1, [0, 1], 1.0)
+    for top in (1, 2):
+        line = format_text(explain(r, top=top, expansions=0)).splitlines()
+        assert "the update of D:1 (supersession)" in next(x for x in line if x.startswith("  1 ") and "D:0" in x)
+    # the chain 1 -> 7 -> 0, where 7 is not retrieved and not known: still no time filter
+    chain = [_node(0), replace(_node(1), valid_to=_node(0).timestamp, superseded_by=7)]
+    text = format_text(explain(replace(r, nodes=chain), top=2, expansions=0))
+    assert "the current version of a superseded event (supersession)" in text and "time filter" not in text
+    assert "2023-01-01 00:00 (E7)" in text
+
+
+def test_the_cli_follows_a_chain_of_updates_and_names_them_by_source_id(tmp_path, capsys):
+    # Boston -> Denver -> Seattle; the beam keeps the anchor alone and supersession pulls in Seattle (S4).
+    # Before: S4 was "expanded from an event outside the question's time window (time filter)" (the question
+    # has none) and Boston's valid-until named Denver E2, where the context says (S2)
+    cfg = {"slow_path": {"background": False}, "retrieval": {"anchor_k": 1, "rerank": {"pool": 0},
+                                                             "beam": {"max_nodes": 1}}}
+    turns = [("Ann", "I live in Boston with my two cats.", "2023-01-02 10:00"),
+             ("Ben", "Boston is lovely in the fall.", "2023-01-02 10:01"),
+             ("Ann", "We just moved to Denver last month, the mountains are amazing!", "2023-03-02 10:00"),
+             ("Ben", "Denver sounds great, enjoy the hiking.", "2023-03-02 10:01"),
+             ("Ann", "We moved to Seattle this week, it rains a lot.", "2023-06-02 10:00")]
+    with MagmaMemory(cfg) as mem:
+        mem.add_many([{"text": t, "timestamp": ts, "speaker": sp, "source_id": f"S{i}", "stream": "s"}
+                      for i, (sp, t, ts) in enumerate(turns)])
+        mem.consolidate()
+        mem.save(tmp_path / "mem")
+    main([str(tmp_path / "mem"), "Does Ann have two cats in Boston?", "--date", "2023-07-01", "--html",
+          str(tmp_path / "view.html")])
+    out, _ = capsys.readouterr()
+    assert "[superseded 2023-03-02 by (S2)]" in out
+    rows = {x.split()[1]: x for x in out.splitlines() if x.split()[2:3] and x.split()[2].startswith("2023-")}
+    assert {"S0", "S4"} <= set(rows) and "S2" not in rows
+    assert "the update of S0 via S2 (supersession)" in rows["S4"] and "time filter" not in out
+    assert "2023-03-02 10:00 (S2)" in rows["S0"]
+    page = (tmp_path / "view.html").read_text(encoding="utf-8")   # its event table has the column too
+    assert "<td>2023-03-02 10:00 (S2)</td>" in page and "the update of S0 via S2 (supersession)" in page

@@ -22,7 +22,7 @@ from magma_torch.errors import MagmaError
 from magma_torch.explain.graph_svg import graph_svg
 from magma_torch.explain.html_view import render_html
 from magma_torch.explain.screenshot import ScreenshotError, screenshot
-from magma_torch.explain.subgraph import entity_names, explain
+from magma_torch.explain.subgraph import entity_names, explain, updates_outside
 from magma_torch.explain.terminal import format_text
 from magma_torch.memory import MagmaMemory
 from magma_torch.store.durable import CHECKPOINT, WAL
@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> str:
         else:
             note = f"{args.memory}: {counts}\n" if waiting else ""
         r = mem.retrieve(args.question, when, args.budget_tokens)
-        ex = explain(r, args.top, args.expansions, when, mem.retriever.cfg.active_signals, entity_names(mem.store, r))
+        ex = explain(r, args.top, args.expansions, when, mem.retriever.cfg.active_signals, entity_names(mem.store, r),
+                     updates_outside(mem.event, r))
     if args.svg:
         _write(args.svg, graph_svg(ex, standalone=True).svg)
     if args.html or args.png:

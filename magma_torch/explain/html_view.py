@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from magma_torch.explain.graph_svg import RING_NOTE, colour, drawn_relations, graph_svg
 from magma_torch.explain.printable import escaped, printable
 from magma_torch.explain.subgraph import Explanation, event_ref, why_no_anchors
-from magma_torch.explain.terminal import describe_reason
+from magma_torch.explain.terminal import describe_reason, valid_until
 
 # Page height estimate for the screenshot's first window (a short one is retried taller).
 HEADER_PX, TABLE_ROW_PX, HEADINGS_PX, CONTEXT_LINE_PX, CONTEXT_CHAR_PX = 260, 25, 160, 18, 7.5
@@ -107,7 +107,9 @@ def _node_table(ex: Explanation) -> str:
         who = f"{n.node.speaker}: " if n.node.speaker else ""
         rows.append(f"<tr id=ev-{n.node.id}{'' if n.in_context else ' class=out'}><td class=num>{n.rank}</td>"
                     f"<td>{escaped(event_ref(n.node))}</td><td>{n.node.timestamp:%Y-%m-%d %H:%M}</td>"
-                    f"<td class=num>{n.node.score:.3f}</td><td>{'yes' if n.in_context else 'no'}</td>"
+                    f"<td>{escaped(valid_until(ex, n.node))}</td><td class=num>{n.node.score:.3f}</td>"
+                    f"<td>{'yes' if n.in_context else 'no'}</td>"
                     f"<td>{escaped(describe_reason(ex, n))}</td><td class=text>{escaped(who + n.node.text)}</td></tr>")
     return ("<h2>Retrieved events by salience</h2><table><tr><th>rank</th><th>event</th><th>time</th>"
-            f"<th>score</th><th>in context</th><th>retrieved as</th><th>text</th></tr>{''.join(rows)}</table>")
+            "<th>valid until</th><th>score</th><th>in context</th><th>retrieved as</th><th>text</th></tr>"
+            f"{''.join(rows)}</table>")

@@ -25,12 +25,17 @@ def describe_reason(ex: Explanation, n: ShownNode) -> str:
     if n.anchor_rank is not None:
         return f"anchor #{n.anchor_rank}"
     if n.reached_by is None:
-        older = [m for m in ex.nodes if m.node.superseded_by == n.node.id]
-        if older:
-            return f"the update of {event_ref(older[0].node)} (supersession)"
-        if ex.retrieval.anchors:   # a graph memory: its path ran through an event the time filter left out
+        if not ex.retrieval.anchors:
+            return "listed without ranking (full-context memory)"
+        updated = ex.updated(n.node.id)
+        if updated is not None:
+            older, between = updated
+            via = f" via {', '.join(map(ex.ref, between))}" if between else ""
+            return f"the update of {event_ref(older)}{via} (supersession)"
+        if ex.retrieval.time_window is not None:   # its path ran through an event the time filter left out
             return "expanded from an event outside the question's time window (time filter)"
-        return "listed without ranking (full-context memory)"
+        # no time filter: only supersession adds an event the beam did not reach (its chain is not known here)
+        return "the current version of a superseded event (supersession)"
     e = n.reached_by
     kind, name = ex.hop(e.relation)
     src = next(m.node for m in ex.nodes if m.node.id == e.src)   # shown: paths are kept whole
@@ -55,8 +60,8 @@ def _anchor_lines(ex: Explanation) -> list[str]:
 def _node_lines(ex: Explanation) -> list[str]:
     rows = [["rank", "event", "time", "valid until", "score", "ctx", "retrieved as", "text"]]
     for n in ex.nodes:
-        rows.append([str(n.rank), event_ref(n.node), _when(n.node.timestamp), _valid(ex, n.node), f"{n.node.score:.3f}",
-                     "yes" if n.in_context else "no", describe_reason(ex, n),
+        rows.append([str(n.rank), event_ref(n.node), _when(n.node.timestamp), valid_until(ex, n.node),
+                     f"{n.node.score:.3f}", "yes" if n.in_context else "no", describe_reason(ex, n),
                      _short(f"{n.node.speaker}: {n.node.text}" if n.node.speaker else n.node.text)])
     more = f"; {ex.hidden_nodes} more not shown" if ex.hidden_nodes else ""
     return [f"retrieved events, by salience (ctx: in the context{more})"] + _table(rows)
@@ -91,13 +96,10 @@ def _when(t: datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M")
 
 
-def _valid(ex: Explanation, node) -> str:
+def valid_until(ex: Explanation, node) -> str:
     """"now" for a fact that still holds, else when and by which event it was superseded, named as the
-    context names it (its source id) when the retrieval holds it, else E<id>."""
-    if node.valid_to is None:
-        return "now"
-    later = next((m for m in ex.retrieval.nodes if m.id == node.superseded_by), None)
-    return f"{_when(node.valid_to)} ({f'E{node.superseded_by}' if later is None else event_ref(later)})"
+    context names it."""
+    return "now" if node.valid_to is None else f"{_when(node.valid_to)} ({ex.ref(node.superseded_by)})"
 
 
 def _window(w) -> str:
