@@ -281,6 +281,9 @@ def test_only_the_memorys_fused_signals_are_reported():
     # before: the memory's QueryError escaped main as a traceback (exit 1) after loading the memory
     (("{saved}", QUESTION, "--budget-tokens", "0"), "--budget-tokens must be at least 1, got 0"),
     (("{saved}", QUESTION, "--budget-tokens", "-5"), "--budget-tokens must be at least 1, got -5"),
+    # before: --png naming a folder, or a path below a file, ended in an OSError's traceback (exit 1)
+    (("{saved}", QUESTION, "--png", "{folder}"), "cannot write {folder}: Is a directory"),
+    (("{saved}", QUESTION, "--png", "{file}/view.png"), "cannot write {file}/view.png: "),
 ])
 def test_bad_input_is_one_line_and_exit_2(saved, tmp_path, args, message, capsys):
     corrupt = tmp_path / "corrupt"
@@ -288,13 +291,15 @@ def test_bad_input_is_one_line_and_exit_2(saved, tmp_path, args, message, capsys
     for f in saved[0].iterdir():
         data = f.read_bytes()
         (corrupt / f.name).write_bytes(data[: len(data) // 2] if f.suffix == ".safetensors" else data)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("not a folder")
     where = {"missing": tmp_path / "nothing-here", "corrupt": corrupt, "saved": saved[0],
-             "empty": saved[0].parent / "empty"}
+             "empty": saved[0].parent / "empty", "folder": tmp_path / "folder", "file": tmp_path / "file"}
     with pytest.raises(SystemExit) as exit_:
         main([a.format(**where) for a in args])
     out, err = capsys.readouterr()
     errors = [line for line in err.splitlines() if line.startswith("magma-explain: error:")]
-    assert exit_.value.code == 2 and len(errors) == 1 and message in errors[0], err
+    assert exit_.value.code == 2 and len(errors) == 1 and message.format(**where) in errors[0], err
     assert out == ""
 
 

@@ -36,12 +36,16 @@ def find_browser() -> str | None:
 def screenshot(html: Path, png: Path, width: int, height: int) -> None:
     """Render the whole local page ``html`` into ``png``, ``width`` CSS pixels wide; ``height``
     is the first window height tried."""
+    png = png.resolve()
+    try:   # a folder, or a path below a file, is refused before chromium runs
+        png.parent.mkdir(parents=True, exist_ok=True)
+        png.unlink(missing_ok=True)
+    except OSError as err:
+        raise ScreenshotError(f"cannot write {png}: {err.strerror}") from None
     browser = find_browser()
     if browser is None:
         raise ScreenshotError(f"--png needs headless chromium; none of {', '.join(BROWSERS)} is on PATH "
                               "(Debian: apt-get install chromium)")
-    png = png.resolve()
-    png.parent.mkdir(parents=True, exist_ok=True)
     while True:
         _shoot(browser, html, png, width, height)
         with Image.open(png) as img:
