@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -141,6 +142,19 @@ def test_png_is_the_whole_rendered_page(saved, tmp_path):
     screenshot(html, again, w, 200)
     with Image.open(again) as img:
         assert img.size == (w, h)
+
+
+@with_browser()
+def test_the_page_fits_its_window(saved, tmp_path):
+    # the anchor table (a column per fused signal, text up to 460 px) ran past the 1100 px window, cut in the PNG
+    _, r = saved
+    page = render_html(explain(r, 15, 10))
+    html, png = tmp_path / "view.html", tmp_path / "view.png"
+    html.write_text(page.html, encoding="utf-8")
+    screenshot(html, png, page.width, page.height)
+    with Image.open(png) as img:
+        ink = np.flatnonzero((np.abs(np.asarray(img.convert("RGB"), dtype=int) - 255).sum(axis=2) > 30).any(axis=0))
+    assert ink.max() < page.width - 20, "the page's right margin is blank"
 
 
 def test_svg_figure_stands_alone_and_names_entities_as_written(saved, tmp_path):

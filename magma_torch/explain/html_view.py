@@ -21,6 +21,7 @@ HEADER_PX, TABLE_ROW_PX, HEADINGS_PX, CONTEXT_LINE_PX, CONTEXT_CHAR_PX = 260, 25
 MIN_WIDTH = 1100
 END_RULE = "#5a6b8c"                        # the last thing on the page
 
+# A table is as wide as the page: its text column takes what the other columns leave and ends in "…".
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:20px 24px;color:#1d2330;background:#fff}
 h1{font-size:20px;margin:0 0 6px} h2{font-size:16px;margin:18px 0 6px}
@@ -28,9 +29,10 @@ h1{font-size:20px;margin:0 0 6px} h2{font-size:16px;margin:18px 0 6px}
 .bars{display:flex;gap:14px;margin:8px 0 4px} .bar{width:170px}
 .bar div{height:10px;background:#e5e8ee;border-radius:3px} .bar div div{background:#4a6fd1}
 .bar.top div div{background:#e0861a}
-table{border-collapse:collapse;font-size:13px} th,td{padding:3px 8px;border-bottom:1px solid #e3e6ec;text-align:left}
+table{border-collapse:collapse;font-size:13px;width:100%}
+th,td{padding:3px 8px;border-bottom:1px solid #e3e6ec;text-align:left;white-space:nowrap}
 th{background:#f3f5f9} td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.text{max-width:460px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+td.text{max-width:0;width:100%;overflow:hidden;text-overflow:ellipsis}
 tr:target{background:#fff3c4} tr.out td{color:#8a90a0}
 .legend{display:flex;flex-wrap:wrap;gap:4px 18px;font-size:13px;margin:4px 0}
 .legend span{white-space:nowrap}
