@@ -341,6 +341,12 @@ def test_explains_a_namespace_folder_its_writer_holds_from_checkpoint_and_log(tm
     out, _ = capsys.readouterr()
     assert f"{folder}: read-only, checkpoint + write-ahead log; {len(writer.store)} events, 1 not consolidated" in out
     assert "\\u202eevil" in out   # the logged event, retrieved and shown as data
+    # its checkpoint folder is a save without the logged event: it was explained as the memory
+    with pytest.raises(SystemExit) as exit_:
+        main([str(folder / "checkpoint"), QUESTION])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == "" and err.count("\n") == 1
+    assert f"pass the namespace folder {folder.resolve()}" in err, err
     assert digest(folder) == before
     writer.consolidate()   # none left waiting: said so, not "0 not consolidated yet"
     main([str(folder), QUESTION])

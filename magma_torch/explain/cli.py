@@ -94,10 +94,14 @@ def run(args: argparse.Namespace) -> str:
 
 def _open(folder: Path) -> tuple[MagmaMemory, bool]:
     """The memory in ``folder``, and whether it is a live namespace folder (opened read-only)."""
+    where = folder.resolve()
+    if where.name == CHECKPOINT and (where.parent / WAL).is_file():   # a save folder, but a stale one
+        raise ExplainError(f"{folder} is a namespace folder's checkpoint, without the events only in its "
+                           f"write-ahead log: pass the namespace folder {where.parent}")
     live = (folder / CHECKPOINT).is_dir() or (folder / WAL).is_file()
     try:
         if live:
-            return MagmaMemory.open_readonly(folder.resolve().parent, folder.resolve().name), True
+            return MagmaMemory.open_readonly(where.parent, where.name), True
         return MagmaMemory.load(folder, read_only=True), False
     except (OSError, ValueError) as err:   # missing, damaged, or (live) replaced during every read
         raise ExplainError(f"cannot load memory: {err}") from None
