@@ -442,3 +442,15 @@ def test_the_cli_follows_a_chain_of_updates_and_names_them_by_source_id(tmp_path
     assert "2023-03-02 10:00 (S2)" in rows["S0"]
     page = (tmp_path / "view.html").read_text(encoding="utf-8")   # its event table has the column too
     assert "<td>2023-03-02 10:00 (S2)</td>" in page and "the update of S0 via S2 (supersession)" in page
+
+
+def test_a_memory_that_ranks_nothing_shows_its_contexts_events_first():
+    # full context lists every event oldest first and its context keeps the newest: the views showed the
+    # oldest, cut from the context, "by salience"
+    r = Retrieval("q", "FACT", None, [], [_node(i) for i in range(5)], [], "ctx", 1, [3, 4], 1.0)
+    ex = explain(r, top=2, expansions=0)
+    assert [(n.node.id, n.rank, n.in_context) for n in ex.nodes] == [(3, 1, True), (4, 2, True)]
+    assert "retrieved events, the context's first (this memory does not rank events)" in format_text(ex)
+    assert "<h2>Retrieved events, the context's first" in render_html(ex).html
+    ranked = explain(replace(r, anchors=[Anchor(0, 0.03, {"vector": 1})]), top=2, expansions=0)
+    assert [n.node.id for n in ranked.nodes] == [0, 1] and "retrieved events, by salience" in format_text(ranked)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from magma_torch.explain.graph_svg import RING_NOTE, colour, drawn_relations, graph_svg
 from magma_torch.explain.printable import escaped, printable
-from magma_torch.explain.subgraph import Explanation, event_ref, why_no_anchors
+from magma_torch.explain.subgraph import Explanation, event_ref, listing_order, why_no_anchors
 from magma_torch.explain.terminal import describe_reason, valid_until
 
 # Page height estimate for the screenshot's first window (a short one is retried taller).
@@ -112,6 +112,6 @@ def _node_table(ex: Explanation) -> str:
                     f"<td>{escaped(valid_until(ex, n.node))}</td><td class=num>{n.node.score:.3f}</td>"
                     f"<td>{'yes' if n.in_context else 'no'}</td>"
                     f"<td>{escaped(describe_reason(ex, n))}</td><td class=text>{escaped(who + n.node.text)}</td></tr>")
-    return ("<h2>Retrieved events by salience</h2><table><tr><th>rank</th><th>event</th><th>time</th>"
-            "<th>valid until</th><th>score</th><th>in context</th><th>retrieved as</th><th>text</th></tr>"
+    return (f"<h2>Retrieved events, {listing_order(ex.retrieval)}</h2><table><tr><th>rank</th><th>event</th>"
+            "<th>time</th><th>valid until</th><th>score</th><th>in context</th><th>retrieved as</th><th>text</th></tr>"
             f"{''.join(rows)}</table>")

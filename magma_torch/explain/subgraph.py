@@ -14,7 +14,7 @@ from magma_torch.query.retriever import SIGNALS, Anchor, PathEdge, RetrievedNode
 @dataclass(frozen=True)
 class ShownNode:
     node: RetrievedNode
-    rank: int                        # 1-based salience rank among all retrieved events
+    rank: int                        # 1-based place among all retrieved events, in ``listing_order``
     depth: int                       # beam-search depth: 0 for anchors
     anchor_rank: int | None          # 1-based position in the fused anchor list, None if not an anchor
     reached_by: PathEdge | None      # the edge the beam search reached the event by; None for anchors
@@ -85,11 +85,14 @@ def explain(retrieval: Retrieval, top: int, expansions: int, query_time: datetim
     superseding events the retrieval does not hold (``updates_outside`` below)."""
     if top < 1 or expansions < 0:
         raise ValueError(f"need top >= 1 and expansions >= 0, got top={top}, expansions={expansions}")
-    rank = {n.id: i for i, n in enumerate(retrieval.nodes, 1)}
+    in_context = set(retrieval.context_ids)
+    # a memory that ranks nothing lists every event oldest first, and its context keeps the newest
+    listed = retrieval.nodes if retrieval.anchors else sorted(retrieval.nodes, key=lambda n: n.id not in in_context)
+    rank = {n.id: i for i, n in enumerate(listed, 1)}
     by_id = {n.id: n for n in retrieval.nodes}
     parent = {e.dst: e for e in retrieval.paths}
     anchor_rank = {a.id: i for i, a in enumerate(retrieval.anchors, 1)}
-    picked = [n.id for n in retrieval.nodes[:top]] + [n.id for n in retrieval.nodes if n.id in parent][:expansions]
+    picked = [n.id for n in listed[:top]] + [n.id for n in retrieval.nodes if n.id in parent][:expansions]
     shown: set[int] = set()
     for v in picked:
         while v not in shown:          # walk up to the anchor the path started from
@@ -104,7 +107,6 @@ def explain(retrieval: Retrieval, top: int, expansions: int, query_time: datetim
             depth[v] = 0 if v not in parent else depth_of(parent[v].src) + 1
         return depth[v]
 
-    in_context = set(retrieval.context_ids)
     nodes = [ShownNode(by_id[v], rank[v], depth_of(v), anchor_rank.get(v), parent.get(v), v in in_context)
              for v in sorted(shown, key=rank.__getitem__)]
     return Explanation(retrieval, query_time, nodes, retrieval.anchors[:top], signals,
@@ -131,6 +133,11 @@ def updates_outside(event: Callable[[int], StoredEvent], retrieval: Retrieval) -
         out[v] = Update(stored.source_id or f"E{v}", stored.superseded_by)
         todo.append(stored.superseded_by)
     return out
+
+
+def listing_order(retrieval: Retrieval) -> str:
+    """The order the views list the retrieved events in."""
+    return "by salience" if retrieval.anchors else "the context's first (this memory does not rank events)"
 
 
 def why_no_anchors(retrieval: Retrieval) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from magma_torch.explain.printable import printable
-from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref, why_no_anchors
+from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref, listing_order, why_no_anchors
 
 TEXT_WIDTH = 90   # characters of event text per list line; the context below is shown whole
 
@@ -64,7 +64,7 @@ def _node_lines(ex: Explanation) -> list[str]:
                      f"{n.node.score:.3f}", "yes" if n.in_context else "no", describe_reason(ex, n),
                      _short(f"{n.node.speaker}: {n.node.text}" if n.node.speaker else n.node.text)])
     more = f"; {ex.hidden_nodes} more not shown" if ex.hidden_nodes else ""
-    return [f"retrieved events, by salience (ctx: in the context{more})"] + _table(rows)
+    return [f"retrieved events, {listing_order(ex.retrieval)} (ctx: in the context{more})"] + _table(rows)
 
 
 def _path_lines(ex: Explanation) -> list[str]:
