@@ -326,6 +326,24 @@ def test_screenshot_without_a_browser_says_so(tmp_path, monkeypatch):
     assert not (tmp_path / "p.png").exists()
 
 
+@pytest.mark.parametrize("first", [2_000, 40_000])
+def test_a_page_taller_than_the_cap_is_refused_whatever_the_first_window(tmp_path, monkeypatch, first):
+    """Shots that never hold the closing rule: every window is at most MAX_HEIGHT_PX, so a first
+    window above it is not rendered where a smaller one is refused, and the advice names every
+    option that makes a page tall."""
+    heights = []
+
+    def shoot(browser, html, png, width, height):
+        heights.append(height)
+        Image.new("RGB", (width, 64), "white").save(png)
+
+    monkeypatch.setattr(screenshot_module, "find_browser", lambda: "chromium")
+    monkeypatch.setattr(screenshot_module, "_shoot", shoot)
+    with pytest.raises(ScreenshotError, match="--budget-tokens"):
+        screenshot(tmp_path / "p.html", tmp_path / "p.png", 800, first)
+    assert max(heights) == screenshot_module.MAX_HEIGHT_PX and not (tmp_path / "p.png").exists()
+
+
 def test_explains_a_namespace_folder_its_writer_holds_from_checkpoint_and_log(tmp_path, capsys):
     """magma-explain on store_dir/<namespace>: the event only in the write-ahead log is explained,
     unconsolidated; the folder is left byte for byte, and its writer keeps its lock and goes on."""

@@ -35,7 +35,8 @@ def find_browser() -> str | None:
 
 def screenshot(html: Path, png: Path, width: int, height: int) -> None:
     """Render the whole local page ``html`` into ``png``, ``width`` CSS pixels wide; ``height``
-    is the first window height tried."""
+    is the first window height tried (at most ``MAX_HEIGHT_PX``, so whether a page is refused does not
+    depend on it)."""
     png = png.resolve()
     try:   # a folder, or a path below a file, is refused before chromium runs
         png.parent.mkdir(parents=True, exist_ok=True)
@@ -46,6 +47,7 @@ def screenshot(html: Path, png: Path, width: int, height: int) -> None:
     if browser is None:
         raise ScreenshotError(f"--png needs headless chromium; none of {', '.join(BROWSERS)} is on PATH "
                               "(Debian: apt-get install chromium)")
+    height = min(height, MAX_HEIGHT_PX)
     while True:
         _shoot(browser, html, png, width, height)
         with Image.open(png) as img:
@@ -56,7 +58,8 @@ def screenshot(html: Path, png: Path, width: int, height: int) -> None:
             return
         if height >= MAX_HEIGHT_PX:
             png.unlink()
-            raise ScreenshotError(f"the page is taller than {MAX_HEIGHT_PX} px; lower --top or --expansions")
+            raise ScreenshotError(f"the page is taller than {MAX_HEIGHT_PX} px; lower --top, --expansions "
+                                  "or --budget-tokens")
         height = min(2 * height, MAX_HEIGHT_PX)
 
 
