@@ -152,6 +152,7 @@ def test_magma_bench_writes_every_contract_key(tmp_path):
     record = json.loads(out.read_text())
     assert set(CONTRACT) <= set(record)
     assert record["events"] == 1000 and record["edges"] > 5000
+    assert record["memory"] == "magma" and Path(record["bench_config"]).parts[-3:] == ("conf", "bench", "default.yaml")
     assert record["agreement_with_reference"] >= 0.9    # float32 scores: a near tie may swap (see above)
     assert record["gpu_peak_mb"] is None and record["peak_rss_mb"] > 0
     # RSS deltas: page-granular and, at 10^3 events, at the allocator's mercy (they can go below 0)
@@ -224,6 +225,10 @@ def test_a_bad_setting_fails_in_one_line_before_the_memory_is_built(argv, messag
     # before: a ValueError once the memory was built, at the first query
     ({"retrieval": {"signal_weights": {"keyword": 1.0, "speaker": 0.5}}},
      "retrieval.signal_weights.keyword, retrieval.signal_weights.speaker above 0, but the synthetic questions"),
+    # before: measured, with nothing retrieved and agreement 1.0 (empty == empty)
+    ({"memory": "bm25"}, "memory bm25 leaves no retrieval signal on the synthetic questions"),
+    # before: measured, timing magma's graph path under full_context's name
+    ({"memory": "full_context"}, "memory full_context has retrieval.mode 'full_context', but magma-bench times"),
 ])
 def test_a_bad_setting_of_the_config_file_fails_in_one_line_before_the_memory_is_built(
         setting, message, capsys, tmp_path, monkeypatch):

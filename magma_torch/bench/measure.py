@@ -25,7 +25,7 @@ from tqdm import tqdm
 from magma_torch.bench.reference import RowLists, reference_graph
 from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
 from magma_torch.config.resolve import settings, typed, yaml_option
-from magma_torch.config.schema import TEXT_SIGNALS, ConfigError, RetrievalConfig
+from magma_torch.config.schema import SIGNALS, TEXT_SIGNALS, ConfigError, RetrievalConfig
 from magma_torch.hardware import cpu_flags, cpu_model, scan_probe
 from magma_torch.ingest import bulk
 from magma_torch.provenance import code_commit
@@ -40,10 +40,10 @@ from magma_torch.store.tables import scan_copy_name
 
 
 def load_config(path: str | Path | None = None):
-    """conf/bench/default.yaml (or ``path``) with the retrieval block of the memory config it
-    names (conf/memory/<memory>.yaml next to the bench folder, composed against the schema
-    without Hydra) under ``retrieval``, and that config's store settings ``chain_span`` and
-    ``scan_dtype``."""
+    """conf/bench/default.yaml (or ``path``, kept as ``config_file``) with the retrieval block of
+    the memory config it names (conf/memory/<memory>.yaml next to the bench folder, composed
+    against the schema without Hydra) under ``retrieval``, and that config's store settings
+    ``chain_span`` and ``scan_dtype``. A memory the timed graph path cannot stand for is refused."""
     from omegaconf import OmegaConf
 
     if path is None:
@@ -55,12 +55,23 @@ def load_config(path: str | Path | None = None):
     memory = yaml_option(path.parent.parent / "memory", cfg.memory)
     cfg.retrieval = OmegaConf.merge(memory.retrieval, cfg.retrieval)   # typed: a bad override fails here
     cfg.chain_span, cfg.scan_dtype = memory.chain_span, memory.scan_dtype
+    cfg.config_file = str(path)
+    retrieval = settings(typed(RetrievalConfig, cfg.retrieval, "retrieval"))
+    # The timed path is Algorithm 1 whatever the mode: full_context's figures would be magma's
+    if retrieval.mode != "graph":
+        raise ConfigError(f"{path}: memory {cfg.memory} has retrieval.mode {retrieval.mode!r}, but magma-bench "
+                          "times the graph path only: name a memory whose retrieval.mode is 'graph'")
     # Synthetic questions are embeddings without words: a signal that reads the text would fail after the build
-    on = settings(typed(RetrievalConfig, cfg.retrieval, "retrieval")).active_signals
+    on = retrieval.active_signals
     reading = [f"retrieval.signal_weights.{s}" for s in TEXT_SIGNALS if s in on]
     if reading:
         raise ConfigError(f"{path}: {', '.join(reading)} above 0, but the synthetic questions have no text to read: "
                           "set them to 0, as conf/bench/default.yaml does")
+    # No anchors, nothing retrieved: the reference would agree with the empty result every time
+    if not on:
+        raise ConfigError(f"{path}: memory {cfg.memory} leaves no retrieval signal on the synthetic questions "
+                          f"(retrieval.signal_weights and signal_top_k above 0 for one of "
+                          f"{', '.join(s for s in SIGNALS if s not in TEXT_SIGNALS)})")
     return cfg
 
 
@@ -326,6 +337,7 @@ class Bench:
             "edges_by_relation": b["edges_by_relation"], "edges_per_event": b["edges"] / events,
             "generate_s": b["generate_s"], "ingest_s": b["ingest_s"],
             "ingest_events_per_s": events / b["ingest_s"], "ingest_edges_per_s": b["edges"] / b["ingest_s"],
+            "memory": self.cfg.memory, "bench_config": self.cfg.config_file,
             "queries": queries, "batch": batch, "device": str(dev),
             "retrieval_qps": retrieval_qps,
             "batch_ms_p50": _percentile([s * 1000 for s in batch_s], 50),
