@@ -225,6 +225,17 @@ def test_a_bad_setting_fails_in_one_line_before_the_memory_is_built(argv, messag
     # before: a ValueError once the memory was built, at the first query
     ({"retrieval": {"signal_weights": {"keyword": 1.0, "speaker": 0.5}}},
      "retrieval.signal_weights.keyword, retrieval.signal_weights.speaker above 0, but the synthetic questions"),
+    # before: a ZeroDivisionError, a RuntimeError from torch, after the config was taken
+    ({"graph": {"events_per_topic": 0}}, "--config: graph.events_per_topic: must be >= 1, got 0"),
+    ({"graph": {"streams": 0}}, "--config: graph.streams: must be >= 1, got 0"),
+    ({"graph": {"events_per_session": 0}}, "--config: graph.events_per_session: must be >= 1, got 0"),
+    ({"queries": {"window_fraction": 2.0}}, "--config: queries.window_fraction: must be between 0 and 1, got 2.0"),
+    ({"run": {"seed": "x"}}, "--config: run.seed must be at least 0, got 'x'"),
+    # before: a bare RuntimeError after the whole timing run (-1), meaningless figures (0)
+    ({"vector_rag_k": 0}, "--config: vector_rag_k must be at least 1, got 0"),
+    # before: a ConfigError traceback after the synthesis and the ingest
+    ({"retrieval": {"question_adapter": "/nonexistent/map.safetensors"}},
+     "--config: retrieval.question_adapter: no file /nonexistent/map.safetensors"),
     # before: measured, with nothing retrieved and agreement 1.0 (empty == empty)
     ({"memory": "bm25"}, "memory bm25 leaves no retrieval signal on the synthetic questions"),
     # before: measured, timing magma's graph path under full_context's name

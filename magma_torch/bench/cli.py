@@ -154,9 +154,10 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--config: {err}")
     # Every setting is checked before the memory is built: a bad one fails in one line, not after the run.
     # A flag's value, else the config file's (run.<flag>), which the flag would have overridden.
-    # run.ingest_batch and run.warmup_batches have no flag.
+    # run.ingest_batch, run.warmup_batches and run.seed have no flag; load_config checked graph, queries and retrieval.
     for flag, minimum in (("vector_backend", None), ("single_queries", 1), ("reference_queries", 0), ("events", 1),
-                          ("queries", 1), ("batch", 1), ("threads", 1), ("ingest_batch", 1), ("warmup_batches", 0)):
+                          ("queries", 1), ("batch", 1), ("threads", 1), ("ingest_batch", 1), ("warmup_batches", 0),
+                          ("seed", 0)):
         given = getattr(args, flag, None)
         value = cfg.run[flag] if given is None else given
         if minimum is not None and value is not None and not (type(value) is int and value >= minimum):
@@ -167,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     problem = next(problems(MemoryConfig, {"vector_backend": cfg.run.vector_backend}, "run"), None)
     if problem:
         ap.error(f"--config: {problem}")
+    if not (type(cfg.vector_rag_k) is int and cfg.vector_rag_k >= 1):
+        ap.error(f"--config: vector_rag_k must be at least 1, got {cfg.vector_rag_k!r}")
     # The timed path runs the bundled intent head on the synthetic questions: it reads one width only.
     head_dim = IntentClassifier.load().meta["dim"]
     if cfg.graph.dim != head_dim:

@@ -23,7 +23,8 @@ import torch
 from tqdm import tqdm
 
 from magma_torch.bench.reference import RowLists, reference_graph
-from magma_torch.bench.synthetic import event_rows, make_queries, synthesize
+from magma_torch.bench.synthetic import (SyntheticGraphConfig, SyntheticQueriesConfig, event_rows, make_queries,
+                                         synthesize)
 from magma_torch.config.resolve import settings, typed, yaml_option
 from magma_torch.config.schema import SIGNALS, TEXT_SIGNALS, ConfigError, RetrievalConfig
 from magma_torch.hardware import cpu_flags, cpu_model, scan_probe
@@ -56,7 +57,10 @@ def load_config(path: str | Path | None = None):
     cfg.retrieval = OmegaConf.merge(memory.retrieval, cfg.retrieval)   # typed: a bad override fails here
     cfg.chain_span, cfg.scan_dtype = memory.chain_span, memory.scan_dtype
     cfg.config_file = str(path)
+    cfg.graph = typed(SyntheticGraphConfig, cfg.graph, "graph")
+    cfg.queries = typed(SyntheticQueriesConfig, cfg.queries, "queries")
     retrieval = settings(typed(RetrievalConfig, cfg.retrieval, "retrieval"))
+    Retriever(None, None, retrieval)   # its own checks (kernel, question_adapter file) now, not after the build
     # The timed path is Algorithm 1 whatever the mode: full_context's figures would be magma's
     if retrieval.mode != "graph":
         raise ConfigError(f"{path}: memory {cfg.memory} has retrieval.mode {retrieval.mode!r}, but magma-bench "

@@ -15,9 +15,40 @@ from datetime import datetime, timezone
 
 import torch
 
+from magma_torch.config.schema import COSINE, MISSING, Checked, at_least, between, setting
 from magma_torch.store.tables import EventRow, row_dots
 
 _CHUNK = 1 << 16   # rows per generation step: peak memory stays a few chunks, not [N, d] temporaries
+
+
+# What the ``graph`` and ``queries`` blocks allow (load_config checks them before any work); the
+# values are conf/bench/default.yaml's alone, so none is given here.
+@dataclass
+class SyntheticGraphConfig(Checked):
+    dim: int = MISSING
+    events_per_topic: int = setting(MISSING, at_least(1))
+    topic_noise: float = setting(MISSING, at_least(0))
+    streams: int = setting(MISSING, at_least(1))
+    events_per_session: int = setting(MISSING, at_least(1))
+    start_epoch: float = MISSING
+    seconds_per_event: float = setting(MISSING, at_least(0))
+    semantic_candidates: int = setting(MISSING, at_least(0))
+    theta_sim: float = setting(MISSING, COSINE)
+    causal_candidates: int = setting(MISSING, at_least(0))
+    causal_prob: float = setting(MISSING, between(0, 1))
+    causal_max_lag: int = setting(MISSING, at_least(0))
+    entities_per_topic: int = setting(MISSING, at_least(1))
+    mentions_per_event: int = setting(MISSING, at_least(0))
+    date_fraction: float = setting(MISSING, between(0, 1))
+    date_max_days_back: int = setting(MISSING, at_least(0))
+
+
+@dataclass
+class SyntheticQueriesConfig(Checked):
+    query_noise: float = setting(MISSING, at_least(0))
+    window_fraction: float = setting(MISSING, between(0, 1))
+    window_events: int = setting(MISSING, at_least(0))
+    empty_window_fraction: float = setting(MISSING, between(0, 1))
 
 
 @dataclass(frozen=True)
