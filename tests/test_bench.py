@@ -292,3 +292,13 @@ def test_batches_past_the_matrix_limit_run_in_passes_with_the_same_result():
         a, b = getattr(whole[2], f.name)[whole[3]], getattr(parts[2], f.name)[parts[3]]
         # passes of 7 take the scan's row dot products, the whole batch its matrix: equal to rounding
         assert torch.allclose(a, b, rtol=1e-12, atol=0) if f.name == "score" else torch.equal(a, b), f.name
+
+
+def test_similarity_mode_names_the_way_a_batch_of_the_run_took():
+    cfg = config()
+    cfg.scan_dtype = "float16"             # a half-precision copy: fewer questions than matrix_min_batch scan it
+    bench = Bench.build(cfg, 300, 3, "cpu")
+    record = bench.measure(8, reference=False, embed_question=False)   # 3 questions: every batch holds 3
+    # before: "matrix", the way of a batch of 8 that the run never had
+    assert record["similarity_mode"] == {"batch": "scan", "batch_1": "scan"}
+
