@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from magma_torch.bench.cli import main
-from magma_torch.bench.measure import Bench, QueryPath, load_config, reference_agreement
+from magma_torch.bench.measure import Bench, QueryPath, load_config, reference_agreement, traffic_per_query
 from magma_torch.bench.synthetic import event_rows, synthesize
 from magma_torch.hardware import auto_scan_dtype, cpu_flags, cpu_model, scan_probe
 from magma_torch.ingest import bulk
@@ -302,3 +302,17 @@ def test_similarity_mode_names_the_way_a_batch_of_the_run_took():
     # before: "matrix", the way of a batch of 8 that the run never had
     assert record["similarity_mode"] == {"batch": "scan", "batch_1": "scan"}
 
+
+def test_traffic_counts_every_candidate_the_beam_gathers():
+    bench = Bench.build(config(), 600, 16, "cpu")
+    _, _, res, _ = QueryPath(bench.snap, bench.retriever, bench.device)(bench.questions, bench.windows)
+    g = bench.snap.graph
+    frontier = res.node[res.depth < bench.retriever.cfg.beam.max_depth]
+    _, entities, _ = g.event_entity.gather(frontier)
+    _, episodes, _ = g.event_episode.gather(frontier)
+    direct = int(g.event_adj.degree(frontier).sum())
+    via_entities = int(g.entity_event.degree(entities).sum()) + entities.numel()
+    via_episodes = int(g.episode_event.degree(episodes).sum()) + episodes.numel()   # before: left out
+    assert via_episodes > 0
+    traffic = traffic_per_query(bench, 16)
+    assert traffic["candidates_per_query"] * 16 == direct + via_entities + via_episodes

@@ -385,7 +385,8 @@ def traffic_per_query(bench: Bench, batch: int) -> dict:
     Similarity: a pass streams the embeddings once for all its questions (fp32 rows for the
     matrix, the fp32 columns copy for ``columns``, the half-precision copy for the scan) and
     writes, then top-k reads, each question's row of N scores. Beam, an upper bound: every kept
-    node below max_depth counts as expanded; each of its candidates costs its CSR entry
+    node below max_depth counts as expanded; its candidates are its neighbours and the events of
+    its entities and of its episode (as query/beam.py gathers them), and each costs its CSR entry
     (neighbour + relation, int64 each), a visited-set probe (int64) and its score (a matrix
     read, columns included; on the scan, a
     half-precision read, plus a 4-byte-per-dimension row for those near the drop threshold,
@@ -396,10 +397,10 @@ def traffic_per_query(bench: Bench, batch: int) -> dict:
     _, _, res, _ = QueryPath(snap, r, bench.device)(q, windows)
     g = snap.graph
     frontier = res.node[res.depth < r.cfg.beam.max_depth]
-    adj = g.event_adj.degree(frontier).sum()
-    _, ents, _ = g.event_entity.gather(frontier)
-    via_entity = g.entity_event.degree(ents).sum() + ents.numel()
-    candidates = int(adj + via_entity)
+    candidates = int(g.event_adj.degree(frontier).sum())
+    for to_node, to_events in ((g.event_entity, g.entity_event), (g.event_episode, g.episode_event)):
+        _, nodes, _ = to_node.gather(frontier)   # event -> node -> event: both CSR entries count
+        candidates += int(to_events.degree(nodes).sum()) + nodes.numel()
     b, n, d = q.shape[0], snap.num_events, snap.embeddings.shape[1]
     per_pass, mode = min(r.passes(snap, b)[0].stop, b), r.similarity_mode(snap, b)
     copy = snap.scan_embeddings   # FBGEMM's product over the packed copy writes float32 scores
