@@ -38,8 +38,8 @@ from magma_torch.store.graph import REL_ID
 
 
 def timed(bench: Bench, paths: dict[str, QueryPath], warmup: int, queries: int, batch: int = 1) -> dict:
-    """p50 milliseconds per question and mean phase times per question of each way, and on how
-    many batches its beam search returned the node sets of the first way; the ways take turns
+    """p50 milliseconds per question and mean phase times per question of each way, and for how
+    many questions its beam search returned the node set of the first way; the ways take turns
     batch by batch (``batch`` questions each), so that load from other jobs falls on all of them alike."""
     ms = {name: [] for name in paths}
     same = dict.fromkeys(paths, 0)
@@ -53,11 +53,11 @@ def timed(bench: Bench, paths: dict[str, QueryPath], warmup: int, queries: int, 
             _, _, result, _ = path(q, w)
             if i >= warmup:
                 ms[name].append((time.perf_counter() - t) * 1000 / batch)
-            nodes[name] = set(zip(result.query.tolist(), result.node.tolist(), strict=True))
+            nodes[name] = [set(result.node[result.query == b].tolist()) for b in range(q.shape[0])]
         if i >= warmup:
             first = next(iter(nodes.values()))
             for name in paths:
-                same[name] += nodes[name] == first
+                same[name] += sum(a == b for a, b in zip(nodes[name], first, strict=True))
     return {name: {"ms_p50": statistics.median(ms[name]),
                    "phase_ms_per_query": {k: v * 1000 / (queries * batch) for k, v in path.phase_s.items()},
                    "same_node_sets_as_configured": same[name]}

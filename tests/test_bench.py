@@ -316,3 +316,13 @@ def test_traffic_counts_every_candidate_the_beam_gathers():
     assert via_episodes > 0
     traffic = traffic_per_query(bench, 16)
     assert traffic["candidates_per_query"] * 16 == direct + via_entities + via_episodes
+
+
+def test_batch1_latency_counts_questions_not_batches(tmp_path):
+    out = tmp_path / "b1.json"
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "batch1_latency.py"), "--events", "300", "--queries",
+                    "3", "--warmup", "1", "--batch", "4", "--threads", "1", "--json", str(out)],
+                   check=True, cwd=tmp_path, timeout=600, capture_output=True)
+    # 3 batches of 4: the configured way matches itself on 12 questions (before: 3, the batches)
+    assert json.loads(out.read_text())["runs"]["as configured"]["same_node_sets_as_configured"] == 12
+
