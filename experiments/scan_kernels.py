@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -66,7 +68,7 @@ def main() -> None:
                              "top100_of_fp32": len(top & exact_top)})
                 print(json.dumps(runs[-1]))
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"command": "python experiments/scan_kernels.py --json " + str(args.json),
+    args.json.write_text(json.dumps({"command": shlex.join(["python", *sys.argv]),
                                      "events": args.events, "dim": args.dim, "runs": runs,
                                      "machine": machine()}, indent=1) + "\n")
 

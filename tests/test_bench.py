@@ -326,3 +326,11 @@ def test_batch1_latency_counts_questions_not_batches(tmp_path):
     # 3 batches of 4: the configured way matches itself on 12 questions (before: 3, the batches)
     assert json.loads(out.read_text())["runs"]["as configured"]["same_node_sets_as_configured"] == 12
 
+
+def test_scan_kernels_records_the_command_it_ran(tmp_path):
+    out = tmp_path / "scan.json"
+    script = ROOT / "experiments" / "scan_kernels.py"
+    args = ["--events", "2000", "--threads", "1", "--batches", "1", "--repeats", "2", "--json", str(out)]
+    subprocess.run([sys.executable, str(script), *args], check=True, cwd=tmp_path, timeout=600, capture_output=True)
+    # before: "python experiments/scan_kernels.py --json <path>", its other arguments dropped
+    assert json.loads(out.read_text())["command"] == " ".join(["python", str(script), *args])
