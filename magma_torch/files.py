@@ -1,13 +1,14 @@
 """Files that survive a crash: synced writes, synced folder entries, whole-file replacement."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from magma_torch.errors import MagmaError
 
@@ -15,6 +16,19 @@ from magma_torch.errors import MagmaError
 class DamagedFileError(MagmaError, ValueError):
     """A whole line of a JSON-lines file is not the JSON object it should be; the message names the
     file and the line."""
+
+
+def lock_exclusively(path: Path) -> IO | None:
+    """An exclusive lock on the file ``path`` (created if absent), held until the returned file is
+    closed; None when another open file holds it. The kernel drops it when the process dies, so a
+    killed process never leaves it locked."""
+    f = open(path, "a+b")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return None
+    return f
 
 
 def write_synced(path: Path, data: bytes) -> None:

@@ -185,3 +185,18 @@ def test_reopen_with_another_config_is_refused(tmp_path):
     assert "dataset.name: 'demo' -> 'locomo'; dataset.path: (not set) -> '/data/l.json'; seed: (not set) -> 1." \
         in str(err.value)
     assert (tmp_path / "config.yaml").read_text() == before
+
+
+def test_a_second_run_in_a_folder_in_use_is_refused_and_changes_nothing(tmp_path):
+    first = RunFolder(tmp_path)
+    first.open(CFG)
+    first.append([{"question_id": "a/q0"}], {"sample_id": "a"})
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(RunFolderError, match=f"{tmp_path} is being written by another run"):
+        RunFolder(tmp_path).open(OmegaConf.merge(CFG, {"progress": True}))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    first.close()
+    again = RunFolder(tmp_path)      # free once the first run has ended
+    again.open(CFG)
+    assert again.done_questions == {"a/q0"}
+    again.close()

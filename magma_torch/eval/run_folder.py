@@ -9,7 +9,8 @@
 - ``samples.jsonl``: one line per finished memory with its build counters, written after
   that memory's predictions, so a memory listed here has all its questions above;
 - ``metrics.json``: written atomically, last. Its presence is what marks a run finished;
-  it is removed when a run (re)starts in the folder.
+  it is removed when a run (re)starts in the folder;
+- ``.lock``: locked by the run writing the folder, so a second run there is refused.
 
 Reopening a folder keeps every complete line (a line torn by a kill is dropped), so a
 rerun redoes nothing that finished and counts nothing twice.
@@ -24,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from magma_torch.config.resolve import consolidation_config, saved_memory_config
 from magma_torch.errors import MagmaError
-from magma_torch.files import append_synced, cut_torn_line, read_complete_lines, write_atomic
+from magma_torch.files import append_synced, cut_torn_line, lock_exclusively, read_complete_lines, write_atomic
 
 # Settings that do not change a run's results: they may differ between a run and its resumption, and
 # between the shards magma-aggregate merges.
@@ -35,6 +36,7 @@ SHOWN_CHANGES = 3    # differing settings a refusal names
 # A question line's text: the dataset's question and gold answer, and the reader's answer (which quotes it).
 TEXT_FIELDS = ("question", "gold", "prediction", "reader_text")
 _UNSET = object()
+LOCK = ".lock"       # held by the one run writing the folder: two would interleave their lines
 
 
 class RunFolderError(MagmaError, ValueError):
@@ -118,8 +120,21 @@ class RunFolder:
         self.builds: dict[str, dict] = {}
 
     def open(self, cfg: DictConfig) -> None:
-        """Create or reopen the folder for ``cfg``; loads what a previous attempt finished. A damaged
-        line or another configuration fails before anything in the folder changes."""
+        """Create or reopen the folder for ``cfg`` and lock it for this run, until ``close``; loads what
+        a previous attempt finished. Another run writing the folder, a damaged line or another
+        configuration fails before anything in the folder changes (but for its lock file)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = lock_exclusively(self.path / LOCK)
+        if self._lock is None:
+            raise RunFolderError(f"{self.path} is being written by another run (it holds {self.path / LOCK}): "
+                                 "wait for that run to end, or choose another out_dir")
+        try:
+            self._load(cfg)
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self, cfg: DictConfig) -> None:
         builds = read_complete_lines(self.samples_path, cut=False, key="sample_id")
         rows = read_complete_lines(self.predictions_path, cut=False, key="question_id")
         scores = read_complete_lines(self.scores_path, cut=False, key="question_id")
@@ -133,7 +148,6 @@ class RunFolder:
                     f"{self.path} holds a run with another configuration: {shown_changes(changed)}. "
                     f"Only {', '.join(RESUMABLE_CHANGES)} may change between attempts: resume with the folder's "
                     "settings (its config.yaml) or choose a new out_dir")
-        self.path.mkdir(parents=True, exist_ok=True)
         self.metrics_path.unlink(missing_ok=True)
         write_atomic(config_path, OmegaConf.to_yaml(_resolved(cfg, self.path)))
         for path in (self.samples_path, self.predictions_path, self.scores_path):
@@ -165,7 +179,7 @@ class RunFolder:
         self.builds[build["sample_id"]] = build
 
     def close(self) -> None:
-        for f in (getattr(self, "_pred", None), getattr(self, "_scores", None), getattr(self, "_samples", None)):
+        for f in (getattr(self, name, None) for name in ("_pred", "_scores", "_samples", "_lock")):
             if f is not None:
                 f.close()
 

@@ -12,7 +12,6 @@ with how to restore a checkpoint into the memory and how to encode the memory as
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from magma_torch.errors import MagmaError
-from magma_torch.files import fsync_dir
+from magma_torch.files import fsync_dir, lock_exclusively
 from magma_torch.store import live_read, persistence
 from magma_torch.store.persistence import CorruptSaveError, SavedStore, SaveNotFoundError, StoreMismatchError
 from magma_torch.store.wal import WriteAheadLog
@@ -113,16 +112,12 @@ def forget_namespace(store_dir: str | os.PathLike, namespace: str) -> None:
 
 def lock_folder(path: Path) -> IO:
     """An exclusive lock on the store folder for as long as its memory is open: two writers
-    appending to one log would interleave their event ids. The kernel drops it when the
-    process dies, so a killed process never leaves the folder locked."""
-    f = open(path / LOCK, "a+b")
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
+    appending to one log would interleave their event ids."""
+    lock = lock_exclusively(path / LOCK)
+    if lock is None:
         raise StoreInUseError(f"{path}: this memory is open elsewhere (another MagmaMemory or process holds "
-                              f"{path / LOCK}); close that one first") from None
-    return f
+                              f"{path / LOCK}); close that one first")
+    return lock
 
 
 def check_holds(saved: SavedStore, namespace: str) -> None:
