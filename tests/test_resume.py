@@ -187,6 +187,21 @@ def test_reopen_with_another_config_is_refused(tmp_path):
     assert (tmp_path / "config.yaml").read_text() == before
 
 
+def test_a_refused_resume_leaves_the_folder_and_its_hydra_files_as_they_were(tmp_path):
+    folder = RunFolder(tmp_path)
+    folder.open(CFG)
+    folder.append([{"question_id": "a/q0"}], {"sample_id": "a"})
+    folder.close()
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("the first run's composed config\n")
+    (tmp_path / "runner.log").write_text("the first run's log\n")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    proc = subprocess.run(RUN + ["dataset.limit=1", f"out_dir={tmp_path}"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and "holds a run with another configuration" in proc.stderr, proc.stderr
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
 def test_a_second_run_in_a_folder_in_use_is_refused_and_changes_nothing(tmp_path):
     first = RunFolder(tmp_path)
     first.open(CFG)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
@@ -33,6 +34,7 @@ from magma_torch.eval.prompts import judge_prompt_version
 from magma_torch.eval.qa import answer_questions, judge_answers, score_answer
 from magma_torch.eval.run_folder import RunFolder
 from magma_torch.eval.tracking import build_tracker
+from magma_torch.files import write_atomic
 from magma_torch.llm import build_llm
 from magma_torch.memory import MagmaMemory
 from magma_torch.provenance import code_commit
@@ -199,6 +201,21 @@ def seed_everything(seed: int | None) -> None:
         torch.manual_seed(seed)
 
 
+def save_hydra_files(cfg: DictConfig) -> None:
+    """Hydra's own record of the run in ``.hydra/`` of its output folder (the composed config, Hydra's
+    and the overrides), as Hydra writes it before the app starts but for conf/config.yaml's
+    ``output_subdir: null``: written here, once the run folder has accepted the run, so a refused run
+    leaves an existing folder's as they were. Nothing outside a Hydra app (``run`` called directly)."""
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    where = Path(hydra_cfg.runtime.output_dir) / ".hydra"
+    where.mkdir(exist_ok=True)
+    for name, node in (("config.yaml", cfg), ("hydra.yaml", {"hydra": hydra_cfg}),
+                       ("overrides.yaml", hydra_cfg.overrides.task)):
+        write_atomic(where / name, OmegaConf.to_yaml(node))
+
+
 def run(cfg: DictConfig, out_dir: Path) -> dict:
     """Run one experiment and write its folder (resuming what it already holds); returns the metrics dict."""
     check_run_config(cfg)
@@ -226,6 +243,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
             if judge is None:
                 log.info("task=qa without judge=...: the judge metric is null")
         folder.open(cfg)
+        save_hydra_files(cfg)
         tracker = build_tracker(cfg.get("logger"), cfg, out_dir)
         selected = _run(cfg, folder, selection, total, reader if qa else None, judge, reader if shared else None)
         # A folder resumed with a smaller dataset.limit keeps, but does not count, the other samples.
