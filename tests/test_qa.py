@@ -252,6 +252,18 @@ def test_a_run_that_needs_an_llm_fails_fast_in_one_line_without_one(tmp_path, ne
     assert_no_run(out)
 
 
+def test_objective_judge_without_a_judge_fails_fast_in_one_line(tmp_path):
+    """judge=none, the default, is {}: before, the run went on and every question waited on the reader."""
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "magma_torch.eval.cli", "task=qa", "llm=openai",
+                           "llm.require_key=false", "llm.base_url=http://127.0.0.1:9/v1", "objective=judge",
+                           "dataset=demo", f"out_dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "magma-run: error: objective=judge is null in every run of task=qa without judge=...")
+    assert_no_run(out)
+
+
 def test_a_run_counts_and_names_the_events_whose_consolidation_failed(tmp_path, caplog):
     out = tmp_path / "run"
     cfg = qa_config(out, "consolidation=llm", "memory.slow_path.background=false", "memory.slow_path.batch_size=4")

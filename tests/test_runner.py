@@ -138,6 +138,12 @@ def test_bad_recall_cut_offs_or_objective_fail_in_one_line_before_any_work(tmp_p
     refused_before_any_work(tmp_path, override, named)
 
 
+def test_a_file_for_the_demo_fails_in_one_line_before_any_work(tmp_path):
+    """Before: dataset.path was ignored and the bundled demo ran."""
+    refused_before_any_work(tmp_path, "dataset.path=/data/locomo10.json", "dataset.path=/data/locomo10.json: "
+                            "dataset=demo is the bundled demo and reads no file; add the file's dataset=...")
+
+
 def test_a_run_without_recall_at_k_cut_offs_is_summarised():
     # before: IndexError in recall_keys (no session column to look for), after the whole run
     from magma_torch.eval.runner import summarise_run

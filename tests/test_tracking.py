@@ -104,3 +104,20 @@ def test_wandb_failure_is_one_line_and_no_finished_folder(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("magma-run: error: W&B could not start (online)")
     assert not (out / "metrics.json").exists()
+
+
+def test_a_tracker_that_cannot_start_leaves_a_finished_folder_finished(tmp_path):
+    """Before: a typo in logger.mode, or W&B failing to start, removed metrics.json of the finished run."""
+    out = tmp_path / "run"
+    finish = [sys.executable, "-m", "magma_torch.eval.cli", "dataset=demo", "dataset.limit=1", "memory=bm25",
+              "progress=false", f"out_dir={out}"]
+    assert subprocess.run(finish, capture_output=True, timeout=600).returncode == 0
+    finished = (out / "metrics.json").read_bytes()
+    env = clean_env() | {"WANDB_API_KEY": "0" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_INIT_TIMEOUT": "5"}
+    for mode, said in (("ofline", "logger.mode=ofline is not a W&B mode; options: auto, online, offline"),
+                       ("online", "W&B could not start (online)")):
+        proc = subprocess.run(finish + ["logger=wandb", f"logger.mode={mode}"], capture_output=True, text=True,
+                              timeout=600, env=env)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines()[-1].startswith(f"magma-run: error: {said}"), proc.stderr
+        assert (out / "metrics.json").read_bytes() == finished

@@ -16,6 +16,7 @@ from magma_torch.config.resolve import ConfigError, consolidation_config, memory
 from magma_torch.errors import MagmaError
 from magma_torch.eval.datasets import check_limit, check_sample_ids
 from magma_torch.eval.overrides import OverrideError, check_overrides
+from magma_torch.eval.tracking import check_logger
 from magma_torch.llm.answer_format import check_date_style
 from magma_torch.llm.prompts import check_answer_prompt
 
@@ -46,14 +47,19 @@ def consolidates_with_reader(cfg: DictConfig) -> bool:
     return c is not None and "llm" in c.keys() and c.llm is None
 
 
+def builds_llm(node) -> bool:
+    """Whether an ``llm`` or ``judge`` node names a backend: llm=none is null, judge=none {}."""
+    return node is not None and node.get("_target_") is not None
+
+
 def check_run_config(cfg: DictConfig) -> None:
     """What a run's config must hold beyond its schema, checked before any work (ConfigError,
     DatasetError, UnknownPromptError, UnknownDateStyleError): an llm where the task or the
     consolidation needs one, a known answer prompt and date style, a usable answer chunk, recall
-    cut-offs, dataset limit and list of sample ids, and no key a ``+key=value`` override added
-    outside the schema. (The objective is checked by the runner, which knows the metric names.)"""
+    cut-offs, no dataset.path for the demo, dataset limit and list of sample ids, no key a
+    ``+key=value`` override added outside the schema, and a known logger.mode. (The objective is checked by the runner, which knows the metric names.)"""
     qa = cfg.task.name == "qa"
-    has_llm = cfg.get("llm") is not None and cfg.llm.get("_target_") is not None
+    has_llm = builds_llm(cfg.get("llm"))
     for needed, what in ((qa, "task=qa"), (consolidates_with_reader(cfg), "consolidation=llm")):
         if needed and not has_llm:
             raise ConfigError(f"{what} needs an llm: pass llm=<backend> (options: {group_options('llm')})")
@@ -68,11 +74,16 @@ def check_run_config(cfg: DictConfig) -> None:
         if not (OmegaConf.is_list(cuts) and all(type(k) is int and k >= 1 for k in cuts)):
             shown = OmegaConf.to_container(cuts) if OmegaConf.is_list(cuts) else cuts
             raise ConfigError(f"task.{key} must be a list of whole numbers >= 1 ([] for none), got {shown!r}")
+    if cfg.dataset.name == "demo" and cfg.dataset.get("path") is not None:
+        others = ", ".join(o for o in group_options("dataset") if o != "demo")
+        raise ConfigError(f"dataset.path={cfg.dataset.path}: dataset=demo is the bundled demo and reads no file; "
+                          f"add the file's dataset=... (options: {others})")
     check_limit(cfg.dataset.get("limit"))   # before the dataset is read
     check_sample_ids(cfg.dataset.get("sample_ids"))
     # Composed against their schema already, but a `+key=value` override adds a key the schema lacks
     memory_config(cfg.memory)
     consolidation_config(cfg.consolidation)
+    check_logger(cfg.get("logger"))
 
 
 def fail(err: MagmaError) -> NoReturn:

@@ -148,7 +148,6 @@ class RunFolder:
                     f"{self.path} holds a run with another configuration: {shown_changes(changed)}. "
                     f"Only {', '.join(RESUMABLE_CHANGES)} may change between attempts: resume with the folder's "
                     "settings (its config.yaml) or choose a new out_dir")
-        self.metrics_path.unlink(missing_ok=True)
         write_atomic(config_path, OmegaConf.to_yaml(_resolved(cfg, self.path)))
         for path in (self.samples_path, self.predictions_path, self.scores_path):
             cut_torn_line(path)
@@ -163,6 +162,11 @@ class RunFolder:
         append_synced(self._scores, [without_text(r) for q, r in rows.items() if q not in scores])
         append_synced(self._pred, [r for q, r in scores.items() if q not in rows])
         self.rows = list({**scores, **rows}.values())
+
+    def start(self) -> None:
+        """The run begins: the folder reads as unfinished (no metrics.json) until ``finish``. Apart from
+        ``open``, so that a run whose tracker fails to start leaves a finished folder finished."""
+        self.metrics_path.unlink(missing_ok=True)
 
     @property
     def done_questions(self) -> set[str]:

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from magma_torch.config.resolve import ConfigError
 from magma_torch.errors import MagmaError
 from magma_torch.eval import progress
-from magma_torch.eval.cli import check_run_config, consolidates_with_reader, fail
+from magma_torch.eval.cli import builds_llm, check_run_config, consolidates_with_reader, fail
 from magma_torch.eval.datasets import (Sample, dataset_categories, has_session_evidence, load_dataset, select_samples,
                                       selection_size)
 from magma_torch.eval.metrics import (RETRIEVAL_MS, percentile, recall_all_at_k, recall_all_at_tokens,
@@ -245,6 +245,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
         folder.open(cfg)
         save_hydra_files(cfg)
         tracker = build_tracker(cfg.get("logger"), cfg, out_dir)
+        folder.start()
         selected = _run(cfg, folder, selection, total, reader if qa else None, judge, reader if shared else None)
         # A folder resumed with a smaller dataset.limit keeps, but does not count, the other samples.
         rows = [r for r in folder.rows if r["sample_id"] in selected]
@@ -452,7 +453,8 @@ def run_and_report(cfg: DictConfig) -> float | None:
         # answer metrics are null without answers (task=retrieval) and the judge's without a judge: a sweep
         # ran its every trial and then failed on the null ("Return value must be float-castable")
         without = ("task=" + cfg.task.name if cfg.task.name != "qa"
-                   else "task=qa without judge=..." if cfg.objective == "judge" and cfg.get("judge") is None else None)
+                   else "task=qa without judge=..." if cfg.objective == "judge" and not builds_llm(cfg.get("judge"))
+                   else None)
         if cfg.objective in QA_METRICS and without is not None:
             raise ConfigError(f"objective={cfg.objective} is null in every run of {without}: name a recall metric, "
                               "or run task=qa (with a judge for objective=judge)")

@@ -17,8 +17,17 @@ from magma_torch.errors import MagmaError
 log = logging.getLogger(__name__)
 
 
+WANDB_MODES = ("auto", "online", "offline")   # logger.mode of conf/logger/wandb.yaml
+
+
 class TrackerError(MagmaError, RuntimeError):
     """The tracker could not start or log; the run is not presented as finished."""
+
+
+def check_logger(cfg: DictConfig | None) -> None:
+    """The tracker's settings that W&B would refuse only as it starts, checked before any work."""
+    if cfg is not None and cfg.get("name") == "wandb" and cfg.get("mode") not in WANDB_MODES:
+        raise TrackerError(f"logger.mode={cfg.get('mode')} is not a W&B mode; options: {', '.join(WANDB_MODES)}")
 
 
 class NullTracker:
