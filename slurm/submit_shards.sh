@@ -9,6 +9,11 @@ set -euo pipefail
 die() { echo "submit_shards: $*" >&2; exit 1; }
 [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "usage: $0 RUN_DIR N_SHARDS [magma-run overrides...]"
 run_dir=$(realpath -m "$1"); n=$2; shift 2
+for a in "$@"; do   # each shard's folder is RUN_DIR/shard_<i>: an override of it would put every shard in one
+  key=${a#+}; key=${key#+}; key=${key%%=*}
+  [[ $key == out_dir || $key == hydra.run.dir || $key == dataset.shard ]] \
+    && die "$a: each shard writes RUN_DIR/shard_<i> with its own dataset.shard; leave out $key"
+done
 here=$(cd "$(dirname "$0")" && pwd)
 command -v sbatch >/dev/null || die "sbatch not found: no Slurm client on this machine"
 command -v magma-run >/dev/null || die "magma-run not on PATH: activate the magma_torch venv first"

@@ -132,6 +132,26 @@ def test_sbatch_array_and_aggregation_equal_one_unsharded_run(cluster, tmp_path)
         assert merged["build"][key] == expected["build"][key]
 
 
+@pytest.mark.parametrize("override", ["out_dir=/tmp/one", "+out_dir=/tmp/one", "hydra.run.dir=/tmp/one",
+                                      "dataset.shard=0/2"])
+def test_an_override_of_the_shard_folders_is_refused_before_any_submission(tmp_path, override):
+    proc = subprocess.run(["bash", str(SLURM / "submit_shards.sh"), str(tmp_path / "run"), "2", "dataset=demo",
+                           override], capture_output=True, text=True, env=ENV, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith(f"submit_shards: {override}: each shard writes RUN_DIR/shard_<i>")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_shard_runs_in_a_run_folder_whose_name_hydra_would_split(tmp_path):
+    """The batch script alone (as a Slurm array task runs it): ( ) , ' and = in RUN_DIR's name."""
+    run_dir = tmp_path / "exp (v2), it's x=1"
+    env = {**ENV, "RUN_DIR": str(run_dir), "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "1"}
+    proc = subprocess.run(["bash", str(SLURM / "run_shard.sbatch"), "dataset=demo", "memory=bm25"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((run_dir / "shard_0" / "metrics.json").read_text())["n_questions"] > 0
+
+
 def test_refused_shard_submission_is_one_line(cluster, tmp_path):
     proc = subprocess.run(["bash", str(SLURM / "submit_shards.sh"), str(tmp_path / "run"), "2", "dataset=demo"],
                           capture_output=True, text=True, env={**ENV, "SBATCH_PARTITION": "no_such_partition"},
