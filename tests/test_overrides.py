@@ -26,6 +26,10 @@ from magma_torch.eval.overrides import OverrideError, check_overrides
     (["task=retrieval,"], r"^mismatched input '<EOF>' expecting \{"),   # unparsable sweep: hydra's parser error
     (["memory.retrieval.beam.gamma=null"], r"memory\.retrieval\.beam\.gamma expects a number"),  # not Optional
     (["progress=null"], r"progress expects true or false"),           # outside the schema null stays refused
+    # a setting's range, for each value of a sweep and the bounds of an optimiser's interval
+    (["-m", "memory.retrieval.beam.beam_width=5,-1"], r"memory\.retrieval\.beam\.beam_width: must be >= 1, got -1"),
+    (["-m", "memory.retrieval.beam.gamma=interval(0.5,3.0)"], r"beam\.gamma: must be between 0 and 1, got 3\.0"),
+    (["memory.retrieval.intent_weights.WHY.causal=nan"], r"intent_weights\.WHY\.causal: must be a finite number"),
 ])
 def test_bad_overrides_fail(argv, message):
     with pytest.raises(OverrideError, match=message) as err:

@@ -26,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from magma_torch.config import conf_root, group_options
 from magma_torch.config.groups import packaged_hydra
+from magma_torch.config.schema import MemoryConfig, problems
 from magma_torch.errors import MagmaError
 
 
@@ -95,6 +96,13 @@ def _check_setting(cfg: DictConfig, o: Override, variant: str) -> None:
                      else repr(default))
             raise OverrideError(f"override {o.input_line!r}: {o.key_or_group} {problem} (default {shown}), "
                                 f"got {value!r}")
+        if parts[0] == "memory" and not (isinstance(value, str) and value.startswith("${")):
+            # the schema's range too, value by value (an interval by its bounds): a sweep ran its
+            # first jobs before the job of an out-of-range value refused it
+            for part in reversed(parts[1:]):
+                value = {part: value}
+            if (problem := next(problems(MemoryConfig, value, "memory"), None)) is not None:
+                raise OverrideError(f"override {o.input_line!r}: {problem}")
 
 
 def _search_space(cfg: DictConfig, groups: set[str], cli: Sequence[Override]) -> tuple[list[list[str]], list[Override]]:
