@@ -267,6 +267,8 @@ def test_parse_timestamp(value, expected):
 @pytest.mark.parametrize("value", [
     None, "", "   ", "not a date", "yesterday", "2023-13-45", float("nan"), True, [], 1e30,
     np.bool_(True), np.datetime64("NaT"),
+    "2023", "1999",                          # a year, not 33 minutes past 1970
+    "2023-13-01", "2023/13/01 10:00",        # not 13 January: no swapping month and day
 ])
 def test_parse_timestamp_rejects_bad_values(value):
     with pytest.raises(ValueError, match=re.escape(repr(value))):

@@ -70,7 +70,9 @@ class ResolvedDate:
 # Timestamps
 
 _LOCOMO_RE = re.compile(r"^\s*(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(\d{1,2}\s+[a-z]+),?\s+(\d{4})\s*$", re.I)
-_EPOCH_RE = re.compile(r"-?\d+(\.\d+)?")
+_EPOCH_RE = re.compile(r"-?(\d+)(\.\d+)?")
+_MIN_EPOCH_DIGITS = 9  # 100000000 s is March 1973; shorter digit strings are years or typos, not times
+_YEAR_MONTH_DAY_RE = re.compile(r"(\d{4})[-/](\d{1,2})[-/](\d{1,2})\b")
 _WEEKDAY_IN_PARENS_RE = re.compile(r"\s*\([A-Za-z]{3,9}\)\s*")
 _TIMESTAMP_SETTINGS = {
     "PARSERS": ["absolute-time"],  # relative words must not resolve against "now"
@@ -83,7 +85,7 @@ def parse_timestamp(value) -> dt.datetime:
     """Turn a dataset timestamp into a naive wall-clock datetime.
 
     Accepts datetime, date, NumPy datetime64, epoch seconds (or milliseconds; any real number,
-    NumPy's too), ISO strings, LoCoMo "1:56 pm on 8 May, 2023" and LongMemEval
+    NumPy's too, or a string of 9 or more digits), ISO strings, LoCoMo "1:56 pm on 8 May, 2023" and LongMemEval
     "2023/12/18 (Mon) 04:17". Timezone
     offsets are dropped, keeping the speaker's wall clock, because that is what
     "yesterday" is relative to. Raises ValueError naming the value otherwise.
@@ -130,8 +132,15 @@ def _parse_timestamp_str(text: str) -> dt.datetime | None:
         return dt.datetime.strptime(_WEEKDAY_IN_PARENS_RE.sub(" ", text).strip(), "%Y/%m/%d %H:%M")
     except ValueError:
         pass
-    if _EPOCH_RE.fullmatch(text):
-        return _from_epoch(float(text))
+    epoch = _EPOCH_RE.fullmatch(text)
+    if epoch:
+        return _from_epoch(float(text)) if len(epoch.group(1)) >= _MIN_EPOCH_DIGITS else None
+    year_month_day = _YEAR_MONTH_DAY_RE.match(text)
+    if year_month_day:
+        try:
+            dt.date(*map(int, year_month_day.groups()))
+        except ValueError:
+            return None  # dateparser would swap month and day: "2023-13-01" -> 13 January
     return _dateparser_parse(text, languages=["en"], settings=_TIMESTAMP_SETTINGS)
 
 
