@@ -80,6 +80,8 @@ CASES = [
     ("I ran a marathon last May.", JUN, "2023-05-01", "2023-05-31", "month"),
     ("It opened in mid-June.", MON, "2022-06-01", "2022-06-30", "month"),
     ("I moved there in 2022.", MON, "2022-01-01", "2022-12-31", "year"),
+    ("In 2015 we moved.", MON, "2015-01-01", "2015-12-31", "year"),
+    ("I lived there from 2019 to 2020.", MON, "2019-01-01", "2019-12-31", "year"),
     ("The show was in May 2023.", JUN, "2023-05-01", "2023-05-31", "month"),
     ("May 2023 was a good month.", JUN, "2023-05-01", "2023-05-31", "month"),
     ("It happened on 8 May 2023.", JUN, "2023-05-08", "2023-05-08", "day"),
@@ -217,6 +219,8 @@ def test_label(resolved, label):
     "Those were the best days of my life.",
     "We go to church on Sundays.",
     "What was the last book you read?",
+    "I burned around 2000 calories.",
+    "A crowd of 2000 people came.",
 ])
 def test_no_false_positives(sentence):
     assert resolve_dates(sentence, MON) == []

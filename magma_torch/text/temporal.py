@@ -247,6 +247,12 @@ _STATIVE_ING = ("loving", "liking", "hating")
 # Their period does not end a sentence ("We met Dr. Lee in June."); matched case-insensitively.
 _ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "prof", "st", "mt", "jr", "sr", "vs", "e.g", "i.e")
 
+# After a year, a lowercase word outside this list makes it a count: "around 2000 calories", "of 2000 people".
+_WORDS_AFTER_A_YEAR = ("and", "or", "to", "through", "until", "till", "when", "while", "where", "after", "before",
+                       "because", "but", "so", "as", "at", "in", "on", "for", "with", "that", "the", "a", "an",
+                       "my", "our", "his", "her", "their", "we", "you", "he", "she", "they", "it", "was", "were",
+                       "is", "has", "had", "spring", "summer", "fall", "autumn", "winter", *_MONTHS)
+
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
 # Fuzzy counts resolve to a range of offsets rather than a guess at one value.
@@ -556,7 +562,7 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]
                 rf"(?P<m>{_MONTH_RE})\b(?:,?\s+(?:of\s+)?(?P<y>{_YEAR_RE})\b)?", re.I),
      _r_month),
     (re.compile(rf"\b(?:in|during|since|until|till|by|of|from|around|back\s+in|early|mid|late|the\s+year)[\s-]+"
-                rf"(?P<y>{_YEAR_RE})\b", re.I),
+                rf"(?P<y>{_YEAR_RE})\b(?!\s+(?!(?:{'|'.join(_WORDS_AFTER_A_YEAR)})\b)(?-i:[a-z]))", re.I),
      _r_year),
 ]
 
