@@ -10,11 +10,14 @@ import torch
 
 from magma_torch import MagmaMemory
 from magma_torch.config import load_group
+from magma_torch.config.schema import SupersessionConfig
 from magma_torch.eval.knowledge_updates import measure, summary
 from magma_torch.explain import explain
 from magma_torch.explain.terminal import format_text
 from magma_torch.ingest.supersession import UpdateTracker
+from magma_torch.query.supersession import prefer_current
 from magma_torch.store.integrity import IntegrityError
+from magma_torch.store.tables import EventRow
 from magma_torch.testing import abandon
 from magma_torch.text.embedder import Embedder
 
@@ -103,6 +106,15 @@ def build(emb, store_dir=None, durable=False) -> tuple[MagmaMemory, list[int]]:
 def supersedes(mem) -> list[tuple[int, int]]:
     s, d, _ = mem.store.graph.edges("supersedes")
     return sorted(zip(s.tolist(), d.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("window_end, order", [(None, [2, 1, 0]), (250.0, [1, 0]), (150.0, [0, 1])])
+def test_a_time_window_follows_the_chain_of_updates_up_to_its_end(window_end, order):
+    # Boston (t=100) -> Denver (200) -> Austin (300): until 250 the fact that holds is Denver.
+    rows = [EventRow("I live in Boston.", 100.0, "s"), EventRow("I moved to Denver.", 200.0, "s"),
+            EventRow("I moved to Austin.", 300.0, "s")]
+    ranked, _ = prefer_current([(0, 0.9), (1, 0.5)], {0: [1], 1: [2]}, rows, SupersessionConfig(), False, window_end)
+    assert [e for e, _ in ranked] == order
 
 
 def test_valid_time_and_the_context_mark(emb):

@@ -19,12 +19,17 @@ from magma_torch.query.linearize import format_time
 from magma_torch.store.tables import EventRow
 
 
-def current_version(event: int, later_of: dict[int, list[int]], rank: dict[int, int]) -> int:
+def current_version(event: int, later_of: dict[int, list[int]], rank: dict[int, int], rows: list[EventRow],
+                    window_end: float | None = None) -> int:
     """The last event of ``event``'s chain of updates (itself when never superseded), each step
-    to the best-ranked of its updates (``rank``; unranked ones by time)."""
-    while event in later_of:        # updates are later events: the chain ends
-        event = min(later_of[event], key=lambda s: rank.get(s, len(rank)))
-    return event
+    to the best-ranked of its updates (``rank``; unranked ones by time) at or before ``window_end``
+    (epoch seconds; None: any)."""
+    while True:                     # updates are later events: the chain ends
+        updates = [s for s in later_of.get(event, ())
+                   if window_end is None or rows[s].timestamp <= window_end]
+        if not updates:
+            return event
+        event = min(updates, key=lambda s: rank.get(s, len(rank)))
 
 
 def prefer_current(ranked: list[tuple[int, float]], later_of: dict[int, list[int]], rows: list[EventRow],
@@ -38,14 +43,9 @@ def prefer_current(ranked: list[tuple[int, float]], later_of: dict[int, list[int
     if not cfg.current_first or past or not ranked:
         return ranked, {}
     rank = {e: k for k, (e, _) in enumerate(ranked)}
-
-    def head(e: int) -> int:
-        h = current_version(e, later_of, rank)
-        return e if window_end is not None and rows[h].timestamp > window_end else h
-
     groups: dict[int, list[tuple[int, float]]] = {}
     for e, score in ranked:
-        groups.setdefault(head(e), []).append((e, score))
+        groups.setdefault(current_version(e, later_of, rank, rows, window_end), []).append((e, score))
     out = []
     for h, members in groups.items():       # dicts keep insertion order: the best member's rank
         present = {e for e, _ in members}
