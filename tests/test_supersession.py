@@ -43,6 +43,7 @@ def links(texts, speakers=None):
     ("My favorite food is sushi.", "Ramen is now my favourite food."),
     ("I work at Target as a shift manager.", "I no longer work at Target."),
     ("My girlfriend Emma is great.", "Emma and I broke up last month."),
+    ("I live in St. Louis.", "I just moved to St. Paul."),             # not "st" twice: an abbreviation's period
 ])
 def test_an_update_supersedes_the_earlier_fact(earlier, later):
     assert links([earlier, "How was your weekend?", later]) == [(2, 0)]

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from magma_torch.config import conf_root, group_options
 from magma_torch.config.schema import ConfigError
 from magma_torch.ingest.consolidator import SupersessionLink
+from magma_torch.text.temporal import ABBREVIATIONS
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,10 @@ def _words(words) -> re.Pattern:
     return re.compile(rf"\b(?:{alt})\b")
 
 
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
-_CLAUSE_END = re.compile(r"[.,;:!?()\"\[\]]|\s[-–—]\s")
+# Their period ends neither a sentence nor a clause: "st. louis" is a value, not "st".
+_ABBREVIATION_PERIOD = rf"\b(?:{'|'.join(map(re.escape, ABBREVIATIONS))})\."
+_SENTENCE = re.compile(rf"(?:{_ABBREVIATION_PERIOD}|[^.!?\n])+[.!?]*")
+_CLAUSE = re.compile(rf"(?:{_ABBREVIATION_PERIOD}|(?!\s[-–—]\s)[^.,;:!?()\"\[\]])*")
 _WORD = re.compile(r"[a-z0-9][a-z0-9'&.-]*")
 
 
@@ -156,9 +159,7 @@ class FactRules:
                     f"{kind}: {m.group(0).strip()[:40]}")
 
     def _after(self, sentence: str, start: int) -> str:
-        clause = sentence[start:]
-        end = _CLAUSE_END.search(clause)
-        words = _WORD.findall(clause[:end.start()] if end else clause)
+        words = _WORD.findall(_CLAUSE.match(sentence, start).group())
         kept = []
         for w in words:
             if w in self.stops and kept:

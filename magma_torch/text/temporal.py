@@ -245,7 +245,7 @@ _PART_OF_MONTH_RE = rf"(?:beginning|start|middle|end|rest|half|{_UNIT_RE})s?"
 # Verbs of liking in the progressive state a feeling, never a plan ("I'm loving the photos").
 _STATIVE_ING = ("loving", "liking", "hating")
 # Their period does not end a sentence ("We met Dr. Lee in June."); matched case-insensitively.
-_ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "prof", "st", "mt", "jr", "sr", "vs", "e.g", "i.e")
+ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "prof", "st", "mt", "jr", "sr", "vs", "e.g", "i.e")
 
 # After a year, a lowercase word outside this list makes it a count: "around 2000 calories", "of 2000 people".
 _WORDS_AFTER_A_YEAR = ("and", "or", "to", "through", "until", "till", "when", "while", "where", "after", "before",
@@ -299,7 +299,7 @@ _CLAUSE_BREAK = re.compile(r"[,:()\u2013\u2014]|\s-\s")
 # Periods of abbreviations, initials ("U.S.", "J.", but not the pronoun in "so do I.") and a month
 # before its day ("Sept. 10") are matched first so that they never count as sentence ends (`end`).
 _SENTENCE_END_OR_ABBREVIATION = re.compile(
-    rf"\b(?:(?i:{'|'.join(map(re.escape, _ABBREVIATIONS))})\.|(?!I\.\s)(?:[A-Z]\.)+|(?i:{_MONTH_ABBR})\.(?=\s+\d))"
+    rf"\b(?:(?i:{'|'.join(map(re.escape, ABBREVIATIONS))})\.|(?!I\.\s)(?:[A-Z]\.)+|(?i:{_MONTH_ABBR})\.(?=\s+\d))"
     r"|(?P<end>[.!?;]+\s+|\n)")
 
 
