@@ -253,12 +253,18 @@ _WORDS_AFTER_A_YEAR = ("and", "or", "to", "through", "until", "till", "when", "w
                        "my", "our", "his", "her", "their", "we", "you", "he", "she", "they", "it", "was", "were",
                        "is", "has", "had", "spring", "summer", "fall", "autumn", "winter", *_MONTHS)
 
-_NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-                 "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+_ONES = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_NUMBER_WORDS = {"a": 1, "an": 1, "dozen": 12, **{w: n for n, w in enumerate(_ONES, 1)},
+                 **{w: 10 * n for n, w in enumerate(_TENS, 2)}}
 # Fuzzy counts resolve to a range of offsets rather than a guess at one value.
 _FUZZY_COUNTS = {"couple": (2, 2), "few": (2, 4), "several": (3, 7)}
-_COUNT_RE = (r"(?:(?:a\s+)?couple(?:\s+of)?|(?:a\s+)?few|several|\d{1,3}|"
+_COUNT_RE = (r"(?:(?:a\s+)?couple(?:\s+of)?|(?:a\s+)?few|several|(?:a\s+)?dozen|\d{1,3}"
+             rf"|(?:{'|'.join(_TENS)})[-\s](?:{'|'.join(_ONES[:9])})|"       # twenty-five, twenty five
              + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)) + ")")
+# "this past weekend" is "last weekend".
+_MODIFIER_RE = r"last|this\s+past|this|next|previous"
 
 # Cheap pre-check: every rule below needs one of these, so text without them is skipped.
 _GATE = re.compile(
@@ -344,14 +350,15 @@ def _tense(sentence: str) -> str:
 
 
 def _count(text: str) -> tuple[int, int]:
-    """(low, high) for a count phrase: "3" -> (3, 3), "a few" -> (2, 4)."""
-    words = text.lower().split()
-    word = next((w for w in words if w not in ("a", "of")), words[0])
-    if word.isdigit():
-        return int(word), int(word)
-    if word in _FUZZY_COUNTS:
-        return _FUZZY_COUNTS[word]
-    return _NUMBER_WORDS[word], _NUMBER_WORDS[word]
+    """(low, high) for a count phrase: "3" -> (3, 3), "a few" -> (2, 4), "twenty-five" -> (25, 25)."""
+    words = text.lower().replace("-", " ").split()
+    counted = [w for w in words if w not in ("a", "of")] or words     # "a" alone is one
+    if counted[0].isdigit():
+        return int(counted[0]), int(counted[0])
+    if counted[0] in _FUZZY_COUNTS:
+        return _FUZZY_COUNTS[counted[0]]
+    number = sum(_NUMBER_WORDS[w] for w in counted)    # tens and ones
+    return number, number
 
 
 # ---------------------------------------------------------------------------
@@ -382,7 +389,7 @@ def _r_weekday(m: re.Match, ref: dt.date, tense: str) -> _Span:
     return day, day, "day"
 
 
-_SHIFTS = {"this": 0, "last": -1, "previous": -1, "next": 1,
+_SHIFTS = {"this": 0, "last": -1, "previous": -1, "this past": -1, "next": 1,
            "before": -1, "before last": -2, "after": 1, "after next": 2}
 
 
@@ -437,7 +444,8 @@ def _recurring_mode(m: re.Match, tense: str) -> str:
     """
     mod = (m.group("mod") or "").lower()
     if mod:
-        return {"previous": "last"}.get(mod, mod)
+        mod = " ".join(mod.split())
+        return {"previous": "last", "this past": "last"}.get(mod, mod)
     if (m.groupdict().get("prep") or "").lower() == "since":
         return "past"
     return "past" if tense == "past" else "future"
@@ -536,9 +544,9 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]
     (re.compile(r"\b(?:the\s+day\s+before\s+yesterday|the\s+day\s+after\s+tomorrow|yesterday|today"
                 r"|tonight|tomorrow|last\s+night|this\s+(?:morning|afternoon|evening))\b", re.I),
      _r_day_word),
-    (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+|the\s+)?(?P<wd>{_WEEKDAY_RE})(?:\s+before)?\b", re.I),
+    (re.compile(rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+|the\s+)?(?P<wd>{_WEEKDAY_RE})(?:\s+before)?\b", re.I),
      _r_weekday),
-    (re.compile(r"\b(?:(?P<mod>this|last|next|previous)\s+(?P<u>week|weekend|month|year)"
+    (re.compile(rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+(?P<u>week|weekend|month|year)"
                 r"|the\s+(?P<u2>week|weekend|month|year)\s+(?P<rel>before(?:\s+last)?|after(?:\s+next)?))\b", re.I),
      _r_relative_unit),
     (re.compile(r"\b(?:over|on|during|at)\s+the\s+weekend\b", re.I), _r_bare_weekend),
@@ -550,13 +558,13 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]
      _r_window),
     (re.compile(r"\b(?P<side>earlier|later)\s+(?:this\s+(?P<u>week|month|year)|today)\b", re.I),
      _r_part_of_period),
-    (re.compile(r"\b(?:(?P<mod>last|this|next|previous)\s+"
+    (re.compile(rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+"
                 r"|(?P<prep>(?:in|during|over|through|since)(?:\s+the)?|the)\s+)?"
                 rf"(?P<s>spring|summer|fall|autumn|winter)(?:\s+(?:of\s+)?(?P<y>{_YEAR_RE}))?\b", re.I),
      _r_season),
-    (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+)?(?P<h>{_HOLIDAY_RE})(?:\s+(?P<y>{_YEAR_RE}))?\b", re.I),
+    (re.compile(rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+)?(?P<h>{_HOLIDAY_RE})(?:\s+(?P<y>{_YEAR_RE}))?\b", re.I),
      _r_holiday),
-    (re.compile(rf"\b(?:(?P<mod>last|this|next|previous)\s+"
+    (re.compile(rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+"
                 rf"|(?P<prep>in|during|since|until|till|by|{_PART_OF_MONTH_RE}\s+of|early|mid|late|through"
                 rf"|throughout)[\s-]+)?"
                 rf"(?P<m>{_MONTH_RE})\b(?:,?\s+(?:of\s+)?(?P<y>{_YEAR_RE})\b)?", re.I),
