@@ -544,7 +544,9 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]
     (re.compile(r"\b(?:the\s+day\s+before\s+yesterday|the\s+day\s+after\s+tomorrow|yesterday|today"
                 r"|tonight|tomorrow|last\s+night|this\s+(?:morning|afternoon|evening))\b", re.I),
      _r_day_word),
-    (re.compile(rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+|the\s+)?(?P<wd>{_WEEKDAY_RE})(?:\s+before)?\b", re.I),
+    # Not "every Friday", "each Saturday" (a habit) nor "Good Friday" (a holiday): no one day.
+    (re.compile(rf"(?<!\bevery\s)(?<!\beach\s)(?<!\bgood\s)"
+                rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+|the\s+)?(?P<wd>{_WEEKDAY_RE})(?:\s+before)?\b", re.I),
      _r_weekday),
     (re.compile(rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+(?P<u>week|weekend|month|year)"
                 r"|the\s+(?P<u2>week|weekend|month|year)\s+(?P<rel>before(?:\s+last)?|after(?:\s+next)?))\b", re.I),
