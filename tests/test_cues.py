@@ -27,6 +27,7 @@ def test_states_cause(text, stated):
     ("What made you pick it?", True),
     ("Why did you go?", True),
     ("Why not try yoga?", False),                         # a suggestion, not a question about a reason
+    ("Why did you move to Paris? Why not Rome?", True),   # the suggestion cancels only its own sentence
     ("What happened?", False),
 ])
 def test_asks_why(text, asked):

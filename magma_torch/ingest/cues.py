@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 # Why-words that make a suggestion, not a question about a reason ("Why not try yoga?").
 NOT_WHY = re.compile(r"\bwhy (?:not|don't|dont|do not|wouldn't)\b")
+# A suggestion cancels only its own sentence's why-question ("Why did you move? Why not Rome?" asks one).
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 
 
 def norm(text: str) -> str:
@@ -55,6 +57,6 @@ class CuePatterns:
         return any(h not in self.weak for h in hits)
 
     def asks_why(self, text: str) -> bool:
-        """``text`` asks for a reason (not "why not ...")."""
-        low = norm(text)
-        return self.question is not None and bool(self.question.search(low)) and not NOT_WHY.search(low)
+        """``text`` has a sentence that asks for a reason (not "why not ...")."""
+        return self.question is not None and any(
+            self.question.search(s) and not NOT_WHY.search(s) for s in _SENTENCE.findall(norm(text)))
