@@ -6,16 +6,19 @@ asks the consolidator (heuristic or LLM) for entity mentions and causal links, v
 them and writes them. Every queued event ends ``consolidated`` or ``failed`` with a
 reason; a proposal with an ``error`` fails just its own event.
 
-A script may end without closing its memory. The worker thread is a daemon, and an
-``atexit`` hook stops every open worker after the batch it has in flight, before the
-interpreter finalises: a daemon thread still inside native code (a torch op that released the
+A script may end without closing its memory. The worker thread is a daemon, and a hook that
+runs when the main thread ends stops every open worker after the batch it has in flight, before
+the interpreter finalises: a daemon thread still inside native code (a torch op that released the
 GIL) at finalisation is killed on its way back into Python, and unwinding its C++ frames ends
-the process in ``std::terminate`` (exit status 134). Events still queued then stay pending,
+the process in ``std::terminate`` (exit status 134). The hook is registered with
+``threading._register_atexit`` (as ``concurrent.futures`` does), which runs before every
+``atexit`` hook: blis, imported with spaCy by the first batch, registers an ``atexit`` hook
+later than this module, and ``atexit`` runs last-registered first, so an ``atexit`` hook here
+let blis finalise under a worker still inside spaCy (a segfault). Events still queued then stay pending,
 unconsolidated; a durable memory's are in its write-ahead log and are queued again on reopen.
 """
 from __future__ import annotations
 
-import atexit
 import logging
 import numbers
 import operator
@@ -39,11 +42,13 @@ _WORD = re.compile(r"\w+(?:['-]\w+)*")
 _RUNNING: "weakref.WeakSet[SlowPathWorker]" = weakref.WeakSet()   # workers with a live thread
 
 
-@atexit.register
 def _stop_at_exit() -> None:
-    """Stop every worker still running at interpreter exit, after its batch in flight (see above)."""
+    """Stop every worker still running when the main thread ends, after its batch in flight (see above)."""
     for worker in list(_RUNNING):
         worker.close(finish_queue=False)
+
+
+threading._register_atexit(_stop_at_exit)
 
 
 class SlowPathWorker:
