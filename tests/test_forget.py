@@ -516,6 +516,32 @@ def test_a_person_named_before_they_speak_keeps_their_mention_through_update_and
         assert named in mentions(mem)
 
 
+QUEUED_TURNS = [("Priya", "Hi!"), ("Sam", "Hey."),
+                ("Priya", "Biscuit is a menace. My little beagle ate one of Anjali's socks when she visited "
+                          "on Sunday, and we spent the evening at the emergency vet."),
+                *[("Sam", f"Oh no, filler turn number {i}.") for i in range(6)],
+                ("Priya", "That's the plan. Anjali already asked for a mug for her birthday.")]
+
+
+@pytest.mark.parametrize("op", ["forget", "update"])
+def test_events_queued_again_are_consolidated_in_stream_order(emb, op):
+    # before: a forget or update of a still-queued event put the events it queued again last, after their
+    # stream's later events, so the last turn was consolidated before the turn that names Anjali and lost "anjali"
+    turns = [(sp, t, f"2023-05-01 10:{i:02d}:00") for i, (sp, t) in enumerate(QUEUED_TURNS)]
+    with MagmaMemory(config(), "heuristic", embedder=emb, device="cpu") as mem:
+        ids = mem.add_many([{"text": t, "timestamp": ts, "speaker": sp} for sp, t, ts in turns])
+        if op == "forget":
+            mem.forget(ids=[ids[1]])
+            del turns[1]
+        else:
+            mem.update(ids[2], text=turns[2][1].replace("Sunday", "Saturday"))
+            turns[2] = (turns[2][0], turns[2][1].replace("Sunday", "Saturday"), turns[2][2])
+        mem.consolidate()
+        mem.check()
+        assert (turns[-1][1], "anjali") in mentions(mem)
+        assert mentions(mem) == mentions_in_order(emb, turns, 1)
+
+
 def test_a_place_named_like_the_start_of_a_speakers_name_is_an_entity(emb):
     # "Rome" is not a short form of the speaker "Romeo": the short-form rule is for person names.
     with MagmaMemory(config(), "heuristic", embedder=emb, device="cpu") as mem:

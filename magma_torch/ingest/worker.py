@@ -145,15 +145,16 @@ class SlowPathWorker:
     def renumber(self, new_row: Sequence[int], requeue: Iterable[int] = ()) -> None:
         """The store was rebuilt without some events (``new_row[old]``: the new row, -1 for a forgotten
         one): queue and statuses follow; ``requeue`` (new rows whose text changed) go pending again,
-        at the end of the queue. Call while paused."""
+        merged into the queue in row order, so that each is consolidated before its stream's later
+        events, as in an in-order ingest (the heuristic's mentions depend on what the stream has
+        seen; before, they went last). Call while paused."""
         with self._cv:
-            requeue = list(requeue)
-            again = set(requeue)
-            self.queue = deque(j for j in (new_row[i] for i in self.queue) if j >= 0 and j not in again)
+            requeue = set(requeue)
+            kept = {new_row[i] for i in self.queue} - {-1}
+            self.queue = deque(sorted(kept | requeue))
             self.status = {new_row[i]: s for i, s in self.status.items() if new_row[i] >= 0}
             for i in requeue:
                 self.status[i] = ("pending", "")
-            self.queue.extend(requeue)
             self._cv.notify_all()
 
     def cancel(self) -> int:
