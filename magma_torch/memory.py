@@ -437,7 +437,8 @@ class MagmaMemory:
 
     # ---- inspect, export, import ----
     def events(self) -> Iterator[StoredEvent]:
-        """Every stored event, oldest first (by timestamp, then id), as of this call."""
+        """Every stored event, oldest first (by timestamp, then id), as of this call: read now, not
+        at the first ``next()``."""
         with self.store.lock:
             ev = self.store.events
             n = len(ev)
@@ -445,9 +446,9 @@ class MagmaMemory:
             episodes = ev.episode.data[:n].tolist()
             status = self.worker.statuses(range(n))
             later = self._superseders(n)
-        for i in sorted(range(n), key=lambda i: (ts[i], ids[i])):
-            yield StoredEvent.from_row(ids[i], rows[i], episodes[i], status[i],
-                                       None if i not in later else (ids[later[i][0]], ts[later[i][0]]))
+        return iter([StoredEvent.from_row(ids[i], rows[i], episodes[i], status[i],
+                                          None if i not in later else (ids[later[i][0]], ts[later[i][0]]))
+                     for i in sorted(range(n), key=lambda i: (ts[i], ids[i]))])
 
     def event(self, event_id: int) -> StoredEvent:
         """One stored event; ``UnknownEventError`` (a KeyError) when there is no such id (never

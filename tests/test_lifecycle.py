@@ -81,6 +81,17 @@ def test_events_lists_what_the_memory_holds_oldest_first(emb):
             e.text = "changed"
 
 
+def test_events_are_read_when_called_not_when_iterated(emb):
+    # before: events() was a generator, and an iterator taken before a forget and an add yielded their result
+    with make_mem(emb) as mem:
+        alpha = mem.add("alpha", "2023-05-01 10:00")
+        mem.add("beta", "2023-05-01 10:01")
+        taken = mem.events()
+        mem.forget(ids=[alpha])
+        mem.add("gamma", "2023-05-01 10:02")
+        assert [e.text for e in taken] == ["alpha", "beta"]
+
+
 def dataclasses_frozen_error():
     import dataclasses
     return dataclasses.FrozenInstanceError
