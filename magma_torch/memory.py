@@ -328,10 +328,14 @@ class MagmaMemory:
             raise QueryError(f"questions is one string, not a sequence of them (retrieve takes one): {questions!r}")
         questions = list(questions)
         for i, q in enumerate(questions):
+            where = f"question {i}" if len(questions) > 1 else "the question"
             if not isinstance(q, str) or not q.strip():
                 what = "empty" if isinstance(q, str) else f"a {type(q).__name__}, not a string"
-                where = f"question {i}" if len(questions) > 1 else "the question"
                 raise QueryError(f"{where} is {what}: {q!r}")
+            try:   # a lone surrogate (a bad decode): the tokenizer's bare TypeError named no question
+                q.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise QueryError(f"{where} is not valid Unicode ({err.reason} at character {err.start})") from None
         times = [None] * len(questions) if query_times is None else list(query_times)
         if len(times) != len(questions):
             raise QueryError(f"query_times has {len(times)} entries for {len(questions)} questions")

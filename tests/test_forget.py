@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from magma_torch import MagmaMemory
+from magma_torch import MagmaMemory, QueryError
 from magma_torch.config import load_group
 from magma_torch.eval.datasets import load_demo
 from magma_torch.events import UnknownEventError
@@ -561,4 +561,12 @@ def test_text_that_is_not_valid_unicode_is_refused_naming_the_record(emb):
             mem.add_many([{"text": "Fine.", "timestamp": "2023-05-01 09:02", "speaker": "A\udc80n"}])
         with pytest.raises(IngestError, match=rf"event {kept}.*text is not valid Unicode"):
             mem.update(kept, text="Also \ud800 broken")
+        # the other text fields too: accepted, they made the memory unsaveable (a bare UnicodeEncodeError)
+        for field, said in (("source_id", "source_id"), ("session_id", "session_id"), ("stream", "stream"),
+                            ("metadata", "metadata is not JSON-serialisable")):
+            value = {"note": "x\ud800"} if field == "metadata" else "x\ud800"
+            with pytest.raises(IngestError, match=rf"record 0.*{said}"):
+                mem.add_many([{"text": "Fine.", "timestamp": "2023-05-01 09:03", field: value}])
+        with pytest.raises(QueryError, match=r"question 1 is not valid Unicode"):
+            mem.retrieve_batch(["A fine day?", "caf\ud800?"])
         assert [e.text for e in mem.events()] == ["A fine day."]

@@ -57,8 +57,9 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig,
             raise IngestError(f"{name}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
         text = checked_text(name, rec.get("text"))
         ts, epoch = checked_time(name, rec.get("timestamp"), horizon, cfg)
-        source_id = None if rec.get("source_id") is None else str(rec["source_id"])
-        stream = str(rec.get("stream") or cfg.default_stream)
+        source_id = (None if rec.get("source_id") is None
+                     else checked_unicode(name, "source_id", str(rec["source_id"])))
+        stream = checked_unicode(name, "stream", str(rec.get("stream") or cfg.default_stream))
         speaker = None if rec.get("speaker") is None else checked_unicode(name, "speaker", str(rec["speaker"]))
         # Idempotent: a known source_id, or without one the same text, time, speaker and stream,
         # returns the node it already has.
@@ -82,14 +83,15 @@ def validate(records: list[Mapping], store: MemoryStore, cfg: FastPathConfig,
             raise IngestError(f"{name}: metadata must be a mapping, got {type(metadata).__name__}")
         try:
             # Stored as JSON reads it back, so the store, its save, its log and an export agree.
-            metadata = json.loads(json.dumps(dict(metadata))) if metadata else None
-        except (TypeError, ValueError, RecursionError) as err:
+            metadata = json.loads(json.dumps(dict(metadata), ensure_ascii=False).encode("utf-8")) if metadata else None
+        except (TypeError, ValueError, RecursionError) as err:   # UnicodeEncodeError: a lone surrogate
             raise IngestError(f"{name}: metadata is not JSON-serialisable: {err}") from None
         if (depth := _depth(metadata)) > MAX_METADATA_DEPTH:
             # deeper, the save, the export and the log's record (dataclasses.asdict) ran out of recursion
             raise IngestError(f"{name}: metadata is nested {depth} levels deep, more than {MAX_METADATA_DEPTH}")
         rows.append(EventRow(text=text, timestamp=epoch, stream=stream, speaker=speaker, source_id=source_id,
-                             session_id=None if rec.get("session_id") is None else str(rec["session_id"]),
+                             session_id=(None if rec.get("session_id") is None
+                                         else checked_unicode(name, "session_id", str(rec["session_id"]))),
                              dates=[_date_dict(d) for d in resolve_dates(text, ts)], metadata=metadata))
         existing.append(None)
         seen[key] = -len(rows)  # placeholder -1 - row index: resolved to a real id after append
