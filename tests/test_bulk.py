@@ -14,6 +14,17 @@ from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_weight_that_is_not_a_finite_number_is_refused_and_nothing_is_written(bad):
+    # before: accepted, integrity.check then flagged it and the memory's save no longer loaded
+    store = MemoryStore(dim=4)
+    emb = torch.nn.functional.normalize(torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    bulk.add_events(store, [EventRow(text=f"turn {i}", timestamp=1000.0 + i, stream="s") for i in range(3)], emb)
+    with pytest.raises(IngestError, match=rf"semantic edges: edge 1 \(2 -> 1\) has weight {bad}, not a finite"):
+        bulk.add_links(store, semantic=(torch.tensor([1, 2]), torch.tensor([0, 1]), torch.tensor([0.5, bad])))
+    assert store.graph.num_edges("semantic") == 0 and integrity.problems(store) == []
+
+
 def test_a_repeated_causal_edge_is_refused_and_nothing_of_the_batch_is_written():
     """The causal graph holds each (cause, effect) once: a repeat within a call, or of an edge
     already stored, is refused naming it, and the batch's other edges are not written."""

@@ -97,6 +97,10 @@ def _checked_links(store: MemoryStore, semantic, causal, mentions) -> dict[str, 
         weight = torch.as_tensor(edges[2], dtype=torch.float32).cpu() if len(edges) > 2 else None
         if src.shape != dst.shape or src.dim() != 1 or (weight is not None and weight.shape != src.shape):
             raise IngestError(f"{rel} edges: src, dst (and weight) must be 1-d of one length")
+        if weight is not None and not torch.isfinite(weight).all():   # the save would not load back
+            bad = int(torch.nonzero(~torch.isfinite(weight))[0])
+            raise IngestError(f"{rel} edges: edge {bad} ({int(src[bad])} -> {int(dst[bad])}) has weight "
+                              f"{float(weight[bad])}, not a finite number")
         _check_ids(rel, "source", src, n)
         _check_ids(rel, "target", dst, hi_dst)
         if rel == "semantic":
