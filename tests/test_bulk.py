@@ -14,6 +14,24 @@ from magma_torch.store.store import MemoryStore
 from magma_torch.store.tables import EventRow
 
 
+@pytest.mark.parametrize("bad", [{"text": None},
+                                 {"dates": [{"expression": "x", "label": "x", "start": "2023-02-30",
+                                             "end": "2023-02-30"}]}])
+def test_a_row_that_fails_leaves_the_store_as_it_was(bad):
+    """A row whose text is not a string or whose date does not parse is refused naming it, before the
+    first write: before, its embedding, id and time were written and not its row (a bare error), so the
+    next event read its vector."""
+    store = MemoryStore(dim=4)
+    emb = torch.nn.functional.normalize(torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    bulk.add_events(store, [EventRow(text="turn 0", timestamp=1000.0, stream="s")], emb[:1])
+    with pytest.raises(IngestError, match=r"^event 0: (text is a NoneType|a date of its dates cannot be read)"):
+        bulk.add_events(store, [EventRow(**{"text": "turn 1", "timestamp": 1001.0, "stream": "s", **bad})], emb[1:2],
+                        tokens=[["turn"]])
+    bulk.add_events(store, [EventRow(text="turn 2", timestamp=1002.0, stream="s")], emb[2:])
+    assert len(store.events) == 2 and torch.equal(store.events.embeddings.data[1], emb[2])
+    assert integrity.problems(store) == []
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_a_weight_that_is_not_a_finite_number_is_refused_and_nothing_is_written(bad):
     # before: accepted, integrity.check then flagged it and the memory's save no longer loaded

@@ -20,7 +20,7 @@ import torch
 from magma_torch.ingest.episodes import EpisodeConfig, assign_episodes
 from magma_torch.ingest.fast_path import IngestError, link_temporal
 from magma_torch.store.store import MemoryStore
-from magma_torch.store.tables import EventRow
+from magma_torch.store.tables import EventRow, date_span
 
 
 def add_entities(store: MemoryStore, names: list[str], embeddings: torch.Tensor, kind: str = "imported") -> list[int]:
@@ -54,6 +54,13 @@ def add_events(store: MemoryStore, rows: list[EventRow], embeddings: torch.Tenso
             if r.timestamp < last.get(r.stream, float("-inf")):
                 raise IngestError(f"event {i}: timestamp {r.timestamp} goes backwards in stream {r.stream!r}")
             last[r.stream] = r.timestamp
+            if not isinstance(r.text, str):
+                raise IngestError(f"event {i}: text is a {type(r.text).__name__}, not a string")
+            try:
+                date_span(r)
+            except (KeyError, TypeError, ValueError) as err:
+                raise IngestError(f"event {i}: a date of its dates cannot be read "
+                                  f"({type(err).__name__}: {err})") from None
             if r.source_id is not None:
                 if r.source_id in known or r.source_id in batch_sources:
                     raise IngestError(f"event {i}: source_id {r.source_id!r} is already stored")

@@ -104,6 +104,11 @@ class EventTable:
 
     def append(self, rows: list[EventRow], embeddings: torch.Tensor, ids: list[int] | None = None) -> list[int]:
         """Append rows; ``ids`` are their stable ids (default: the next unused ones). Returns row numbers."""
+        # What a row can fail on (a date that does not parse, text that is not a string) is read before the
+        # first write: a failure part-way left the columns a row out of step with one another.
+        times = torch.tensor([r.timestamp for r in rows], dtype=torch.float64)
+        spans = torch.tensor([date_span(r) for r in rows], dtype=torch.float64).reshape(-1, 2)
+        tokens = torch.tensor([count_tokens(r.text) for r in rows], dtype=torch.long)
         start = len(self.rows)
         ids_given = list(range(self.next_id, self.next_id + len(rows))) if ids is None else list(ids)
         self.row_of.update(zip(ids_given, range(start, start + len(rows)), strict=True))
@@ -114,9 +119,9 @@ class EventTable:
             self.scan_embeddings.cover(self.embeddings.data)
         else:
             self.scan_embeddings.extend(embeddings.T if self.scan_columns else embeddings)
-        self.timestamps.extend(torch.tensor([r.timestamp for r in rows], dtype=torch.float64))
-        self.date_spans.extend(torch.tensor([date_span(r) for r in rows], dtype=torch.float64).reshape(-1, 2))
-        self.text_tokens.extend(torch.tensor([count_tokens(r.text) for r in rows], dtype=torch.long))
+        self.timestamps.extend(times)
+        self.date_spans.extend(spans)
+        self.text_tokens.extend(tokens)
         self.rows.extend(rows)
         ids = list(range(start, start + len(rows)))
         prev = []
