@@ -15,6 +15,7 @@ from magma_torch.eval.knowledge_updates import measure, summary
 from magma_torch.explain import explain
 from magma_torch.explain.terminal import format_text
 from magma_torch.ingest.supersession import UpdateTracker
+from magma_torch.query.linearize import display_order
 from magma_torch.query.supersession import prefer_current
 from magma_torch.store.integrity import IntegrityError
 from magma_torch.store.tables import EventRow
@@ -116,6 +117,17 @@ def test_a_time_window_follows_the_chain_of_updates_up_to_its_end(window_end, or
             EventRow("I moved to Austin.", 300.0, "s")]
     ranked, _ = prefer_current([(0, 0.9), (1, 0.5)], {0: [1], 1: [2]}, rows, SupersessionConfig(), False, window_end)
     assert [e for e, _ in ranked] == order
+
+
+@pytest.mark.parametrize("intent", ["WHEN", "WHY", "ENTITY"])
+def test_older_facts_are_shown_behind_the_current_one_newest_first_whatever_their_salience(intent):
+    # Boston -> Denver -> Austin, each its own episode, Denver the most salient: before, Austin, Boston, Denver
+    rows = [EventRow("I live in Boston.", 100.0, "s"), EventRow("I moved to Denver.", 200.0, "s"),
+            EventRow("I moved to Austin.", 300.0, "s")]
+    ranked, follows = prefer_current([(1, 3.0), (0, 2.0), (2, 1.0)], {0: [1], 1: [2]}, rows, SupersessionConfig(),
+                                     False)
+    events = [e for e, _ in ranked]
+    assert display_order(events, intent, rows, [], episodes=events, follows=follows) == [2, 1, 0]
 
 
 def test_valid_time_and_the_context_mark(emb):

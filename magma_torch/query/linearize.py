@@ -106,7 +106,10 @@ def display_order(events: list[int], intent: str, rows: list[EventRow], causal: 
     (salience). With ``episodes``, each episode's events are shown together, in time order
     (WHY: causes first), the episodes by time (WHEN, WHY) or by their most salient event.
     ``follows`` (event -> the event that superseded it): such an event, with its episode, is
-    moved behind that one when the order put it ahead."""
+    moved behind that one when the order put it ahead; facts moved behind one current fact are
+    shown newest first."""
+    if follows:   # oldest first: each goes right behind its current fact, ahead of those moved before it
+        follows = dict(sorted(follows.items(), key=lambda item: (rows[item[0]].timestamp, item[0])))
     if episodes is None:
         return _behind([[e] for e in _order(events, intent, rows, causal)], follows)
     members: dict[int, list[int]] = defaultdict(list)
