@@ -183,6 +183,15 @@ def test_svg_figure_stands_alone_and_names_entities_as_written(saved, tmp_path):
     assert f">{surface}</text>" in graph_svg(ex).svg and f"entity:{key}" not in page
 
 
+def test_the_anchor_lists_say_the_order_is_the_beams_not_the_fused_scores():
+    # the re-ranker orders them (0.0617 was listed above 0.0623): before, the views called it RRF order
+    r = Retrieval("q", "ENTITY", None, [Anchor(1, 0.02, {"vector": 2}), Anchor(0, 0.03, {"vector": 1})],
+                  [_node(1), _node(0)], [], "ctx", 1, [1, 0], 1.0)
+    ex = explain(r, top=2, expansions=0)
+    assert "in the order handed to the beam search" in format_text(ex)
+    assert "in the order handed to the beam search" in render_html(ex).html
+
+
 def test_legend_lists_the_drawn_edge_types_only():
     paths = [PathEdge(0, 2, "entity:ana", 5.0), PathEdge(2, 3, "temporal", 4.0)]
     r = Retrieval("q", "ENTITY", None, [Anchor(0, 0.03, {"vector": 1})], [_node(i) for i in range(4)], paths,

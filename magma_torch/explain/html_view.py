@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from magma_torch.explain.graph_svg import RING_NOTE, colour, drawn_relations, graph_svg
 from magma_torch.explain.printable import escaped, printable
-from magma_torch.explain.subgraph import Explanation, event_ref, listing_order, why_no_anchors
+from magma_torch.explain.subgraph import ANCHOR_ORDER, Explanation, event_ref, listing_order, why_no_anchors
 from magma_torch.explain.terminal import describe_reason, valid_until
 
 # Page height estimate for the screenshot's first window (a short one is retried taller).
@@ -98,7 +98,7 @@ def _anchor_table(ex: Explanation) -> str:
         rows.append(f"<tr><td class=num>{i}</td><td>{escaped(event_ref(node))}</td><td class=num>{a.rrf:.4f}</td>"
                     f"{ranks}<td class=text>{escaped(node.text)}</td></tr>")
     more = len(r.anchors) - len(ex.anchors)
-    return (f"<h2>Anchors: reciprocal-rank fusion (rank in each ranking; – = not ranked)"
+    return (f"<h2>Anchors: reciprocal-rank fusion, {ANCHOR_ORDER} (rank in each ranking; – = not ranked)"
             f"{f', {more} more not shown' if more > 0 else ''}</h2><table><tr><th>#</th><th>event</th>"
             f"<th>fused RRF</th>{head}<th>text</th></tr>{''.join(rows)}</table>")
 

@@ -34,7 +34,7 @@ class Explanation:
     retrieval: Retrieval
     query_time: datetime | None
     nodes: list[ShownNode]           # salience order: the top events and the paths' events leading to them
-    anchors: list[Anchor]            # the best anchors, fused RRF order
+    anchors: list[Anchor]            # the best anchors, in ANCHOR_ORDER
     signals: tuple[str, ...]         # RRF rankings, in the order the ranks are reported
     hidden_nodes: int                # retrieved events not shown
     entity_names: dict[str, str] = field(default_factory=dict)   # entity key -> the name as written
@@ -133,6 +133,11 @@ def updates_outside(event: Callable[[int], StoredEvent], retrieval: Retrieval) -
         out[v] = Update(stored.source_id or f"E{v}", stored.superseded_by)
         todo.append(stored.superseded_by)
     return out
+
+
+# The re-ranker (retrieval.rerank, on in magma) reorders the fused candidates before the beam: the list
+# is not in fused-score order.
+ANCHOR_ORDER = "in the order handed to the beam search (the re-ranker's where it is on)"
 
 
 def listing_order(retrieval: Retrieval) -> str:

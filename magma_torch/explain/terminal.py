@@ -4,7 +4,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from magma_torch.explain.printable import printable
-from magma_torch.explain.subgraph import Explanation, ShownNode, event_ref, listing_order, why_no_anchors
+from magma_torch.explain.subgraph import (ANCHOR_ORDER, Explanation, ShownNode, event_ref, listing_order,
+                                         why_no_anchors)
 
 TEXT_WIDTH = 90   # characters of event text per list line; the context below is shown whole
 
@@ -47,7 +48,8 @@ def _anchor_lines(ex: Explanation) -> list[str]:
     r = ex.retrieval
     if not r.anchors:
         return [f"anchors: none ({why_no_anchors(r)})"]
-    head = f"anchors: reciprocal-rank fusion of {', '.join(ex.signals)}; rank in each ranking, '-' = not ranked"
+    head = (f"anchors: reciprocal-rank fusion of {', '.join(ex.signals)}, {ANCHOR_ORDER}; rank in each ranking, "
+            "'-' = not ranked")
     rows = [["#", "event", "fused"] + list(ex.signals) + ["text"]]
     by_id = {n.id: n for n in r.nodes}
     for i, a in enumerate(ex.anchors, 1):
