@@ -52,6 +52,9 @@ CASES = [
     ("I went camping last weekend.", MON, "2023-05-06", "2023-05-07", "week"),
     ("I went camping last weekend.", SUN, "2023-05-06", "2023-05-07", "week"),
     ("That roadtrip this past weekend was insane!", MON, "2023-05-06", "2023-05-07", "week"),
+    # one year for a range of months: before, only the second month was found ("between" is no month cue)
+    ("What did she paint between March and August 2023?", MON, "2023-03-01", "2023-08-31", "month"),
+    ("From November to February 2024 it snowed.", MON, "2023-11-01", "2024-02-29", "month"),
     ("I'm going hiking this weekend.", MON, "2023-05-13", "2023-05-14", "week"),
     ("We painted over the weekend.", MON, "2023-05-06", "2023-05-07", "week"),
     ("I went to a pride parade two weekends ago.", MON, "2023-04-29", "2023-04-30", "week"),

@@ -483,6 +483,14 @@ def _r_month(m: re.Match, ref: dt.date, tense: str) -> _Span | None:
     return start, end, "month"
 
 
+def _r_month_range(m: re.Match, ref: dt.date, tense: str) -> _Span:
+    """"between March and August 2023": the year named once belongs to both months (a first month
+    after the second is the year before: "from November to February 2024")."""
+    first, last = (_MONTHS.index(m.group(k).lower()) + 1 for k in ("m1", "m2"))
+    year = int(m.group("y"))
+    return _month(dt.date(year - (first > last), first, 1), 0)[0], _month(dt.date(year, last, 1), 0)[1], "month"
+
+
 def _r_year(m: re.Match, ref: dt.date, tense: str) -> _Span:
     year = int(m.group("y"))
     return dt.date(year, 1, 1), dt.date(year, 12, 31), "year"
@@ -566,6 +574,9 @@ _RULES: list[tuple[re.Pattern, Callable[[re.Match, dt.date, bool], _Span | None]
      _r_season),
     (re.compile(rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+)?(?P<h>{_HOLIDAY_RE})(?:\s+(?P<y>{_YEAR_RE}))?\b", re.I),
      _r_holiday),
+    (re.compile(rf"\b(?:between|from)\s+(?P<m1>{_MONTH_RE})\s+(?:and|to|until|till|through)\s+(?P<m2>{_MONTH_RE})"
+                rf",?\s+(?:of\s+)?(?P<y>{_YEAR_RE})\b", re.I),
+     _r_month_range),
     (re.compile(rf"\b(?:(?P<mod>{_MODIFIER_RE})\s+"
                 rf"|(?P<prep>in|during|since|until|till|by|{_PART_OF_MONTH_RE}\s+of|early|mid|late|through"
                 rf"|throughout)[\s-]+)?"
