@@ -188,7 +188,7 @@ class MagmaMemory:
                                  "or set consolidation.llm to an llm config")
             from magma_torch.llm import build_llm   # lazy: backends pull heavy optional deps
 
-            self.llm = build_llm(spec)
+            self.llm = build_llm(spec, "consolidation.llm")
             self._owns_llm = True
         return instantiate(c, "consolidation", llm=self.llm)
 

@@ -480,6 +480,18 @@ def test_a_keyword_an_llm_backend_does_not_take_is_a_config_error_naming_the_set
     refused(err.value, "ConfigError", ValueError)
 
 
+@pytest.mark.parametrize("setting", ["judge", "consolidation.llm"])
+def test_a_judges_or_consolidators_llm_settings_are_named_where_they_sit(setting):
+    # magma-run +judge.temprature=0 said "llm.temprature", a setting the command never gave
+    from magma_torch.llm import build_llm
+
+    backend = "magma_torch.llm.openai_backend.OpenAIBackend"
+    with pytest.raises(ValueError, match=rf"^{re.escape(setting)}\.temprature: not a setting of '{backend}'$"):
+        build_llm({"_target_": backend, "require_key": False, "temprature": 0}, setting)
+    with pytest.raises(ValueError, match=rf"^{re.escape(setting)}\.response_format must be json_schema"):
+        build_llm({"_target_": backend, "require_key": False, "response_format": "xml"}, setting)
+
+
 def hidden(monkeypatch, *modules: str) -> None:
     """As if ``modules`` were not installed: ``import`` raises ImportError and find_spec finds none."""
     from magma_torch.query import kernel

@@ -239,7 +239,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict:
             # one server, not two copies of the same model.
             same = cfg.get("judge") is not None and OmegaConf.to_container(cfg.judge, resolve=True) \
                 == OmegaConf.to_container(cfg.llm, resolve=True)
-            judge = reader if same else build_llm(cfg.get("judge"))
+            judge = reader if same else build_llm(cfg.get("judge"), "judge")
             if judge is None:
                 log.info("task=qa without judge=...: the judge metric is null")
         folder.open(cfg)

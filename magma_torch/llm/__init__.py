@@ -26,9 +26,10 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def build_llm(cfg) -> LLM | None:
+def build_llm(cfg, setting: str = "llm") -> LLM | None:
     """Build the backend of a ``conf/llm/*.yaml`` node (``_target_`` + kwargs), or None for
-    ``llm=none`` / a missing node. Accepts the llm node itself or a full config with ``.llm``."""
+    ``llm=none`` / a missing node. Accepts the llm node itself or a full config with ``.llm``.
+    ``setting``: where the node sits (``llm``, ``judge``, ``consolidation.llm``), as errors name it."""
     if cfg is None:
         return None
     from omegaconf import DictConfig, OmegaConf
@@ -40,6 +41,13 @@ def build_llm(cfg) -> LLM | None:
     if cfg is None or not isinstance(cfg, DictConfig) or cfg.get("_target_") in (None, "", "none"):
         return None
     from magma_torch.config.build import instantiate   # lazy: Hydra, only when a backend is built
+    from magma_torch.config.schema import ConfigError
 
-    # a backend's own refusal (LLMUnavailable, a ConfigError naming an llm.* setting) comes out as it is
-    return instantiate(OmegaConf.to_container(cfg, resolve=True), "llm", _convert_="all")
+    # a backend's own refusal (LLMUnavailable, a ConfigError naming an llm.* setting) comes out as it is,
+    # its "llm." renamed where the node is the judge's or the consolidator's
+    try:
+        return instantiate(OmegaConf.to_container(cfg, resolve=True), setting, _convert_="all")
+    except ConfigError as err:
+        if setting == "llm" or not str(err).startswith("llm."):
+            raise
+        raise ConfigError(f"{setting}.{str(err)[len('llm.'):]}") from None
