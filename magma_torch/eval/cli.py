@@ -57,7 +57,8 @@ def check_run_config(cfg: DictConfig) -> None:
     DatasetError, UnknownPromptError, UnknownDateStyleError): an llm where the task or the
     consolidation needs one, a known answer prompt and date style, a usable answer chunk, recall
     cut-offs, no dataset.path for the demo, dataset limit and list of sample ids, no key a
-    ``+key=value`` override added outside the schema, and a known logger.mode. (The objective is checked by the runner, which knows the metric names.)"""
+    ``+key=value`` override added outside the schema, and a known logger.mode. (The objective is
+    checked by the runner, which knows the metric names.)"""
     qa = cfg.task.name == "qa"
     has_llm = builds_llm(cfg.get("llm"))
     for needed, what in ((qa, "task=qa"), (consolidates_with_reader(cfg), "consolidation=llm")):
